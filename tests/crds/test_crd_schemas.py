@@ -1,0 +1,279 @@
+"""The CRDs in crds/ are valid structural schemas that accept what the docs
+show and refuse bad specs with a clear message, before the operator sees them."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+import pytest
+import yaml
+
+import crdschema
+from crdschema import ROOT, admit, load_crds, resolve_json_path, schema_of, structural_errors
+
+pytest.importorskip("jsonschema", reason="pip install jsonschema (validates the OpenAPI schemas)")
+pytest.importorskip("celpy", reason="pip install cel-python (evaluates the CRDs' CEL rules)")
+
+CRDS = load_crds()
+KINDS = ["WorkerPool", "JobSchedule", "ExclusiveJob"]
+DOCS = ROOT / "docs" / "kubernetes.md"
+
+
+def documented_examples() -> list[dict[str, Any]]:
+    """Every jobwarden.io manifest in a yaml code block of docs/kubernetes.md."""
+    blocks = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.S)
+    found = []
+    for block in blocks:
+        for doc in yaml.safe_load_all(block):
+            if isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith("jobwarden.io/"):
+                found.append(doc)
+    return found
+
+
+def minimal(kind: str) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "JobSchedule": {"interval": "5m", "job": {"class": "app.jobs:Ping"}},
+        "ExclusiveJob": {"job": {"class": "app.jobs:Migrate"}},
+        "WorkerPool": {"image": "app:1.0", "dsnSecretRef": {"name": "db"}},
+    }[kind]
+    return {
+        "apiVersion": "jobwarden.io/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "x"},
+        "spec": copy.deepcopy(spec),
+    }
+
+
+def with_spec(kind: str, **changes: Any) -> dict[str, Any]:
+    obj = minimal(kind)
+    for key, value in changes.items():
+        if value is None:
+            obj["spec"].pop(key, None)
+        else:
+            obj["spec"][key] = value
+    return obj
+
+
+# --- shape of the CRDs ------------------------------------------------------------------
+
+
+def test_all_three_kinds_exist_in_one_group_version_and_category() -> None:
+    assert sorted(CRDS) == sorted(KINDS)
+    for kind, crd in CRDS.items():
+        spec = crd["spec"]
+        assert spec["group"] == "jobwarden.io"
+        assert crd["metadata"]["name"] == f"{spec['names']['plural']}.jobwarden.io"
+        assert [v["name"] for v in spec["versions"]] == ["v1alpha1"], kind
+        assert "jobwarden" in spec["names"]["categories"]
+        assert spec["scope"] == "Namespaced"
+
+
+def test_short_names_are_the_documented_ones() -> None:
+    assert CRDS["WorkerPool"]["spec"]["names"]["shortNames"] == ["wp"]
+    assert CRDS["JobSchedule"]["spec"]["names"]["shortNames"] == ["js"]
+    assert CRDS["ExclusiveJob"]["spec"]["names"]["shortNames"] == ["xj"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_schema_is_structural(kind: str) -> None:
+    assert structural_errors(schema_of(CRDS[kind])) == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_status_is_a_subresource_with_standard_conditions(kind: str) -> None:
+    version = crdschema.version_of(CRDS[kind])
+    assert "status" in version["subresources"]
+    conditions = schema_of(CRDS[kind])["properties"]["status"]["properties"]["conditions"]
+    item = conditions["items"]
+    assert set(item["properties"]) == {
+        "type", "status", "reason", "message", "lastTransitionTime", "observedGeneration",
+    }
+    assert item["required"] == ["type", "status"]
+    assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_default_is_accepted_by_its_own_field(kind: str) -> None:
+    for path, node in crdschema.iter_nodes(schema_of(CRDS[kind])):
+        if "default" in node:
+            defaulted = crdschema.apply_defaults(node, copy.deepcopy(node["default"]))
+            assert crdschema.openapi_errors(node, defaulted, resource=False) == [], path
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_cel_rule_compiles(kind: str) -> None:
+    import celpy
+
+    env = celpy.Environment()
+    rules = [
+        rule["rule"]
+        for _, node in crdschema.iter_nodes(schema_of(CRDS[kind]))
+        for rule in node.get("x-kubernetes-validations", [])
+    ]
+    assert rules, f"{kind} has no CEL rule"
+    for rule in rules:
+        env.compile(rule)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_printer_columns_point_at_fields_of_the_schema(kind: str) -> None:
+    version = crdschema.version_of(CRDS[kind])
+    schema = schema_of(CRDS[kind])
+    for column in version["additionalPrinterColumns"]:
+        if column["jsonPath"] == ".metadata.creationTimestamp":
+            continue
+        node = resolve_json_path(schema, column["jsonPath"])
+        assert node is not None, f"{kind} column {column['name']}: {column['jsonPath']}"
+        expected = {"date": "string", "integer": "integer", "boolean": "boolean"}.get(column["type"])
+        if expected:
+            assert node.get("type") == expected, column
+
+
+def test_job_schedule_shows_schedule_suspended_last_and_next_run_and_ready() -> None:
+    names = [c["name"] for c in crdschema.version_of(CRDS["JobSchedule"])["additionalPrinterColumns"]]
+    for wanted in ("Schedule", "Suspended", "Last Run", "Next Run", "Ready"):
+        assert wanted in names
+
+
+def test_worker_pool_scale_subresource_matches_the_schema() -> None:
+    scale = crdschema.version_of(CRDS["WorkerPool"])["subresources"]["scale"]
+    schema = schema_of(CRDS["WorkerPool"])
+    for key in ("specReplicasPath", "statusReplicasPath", "labelSelectorPath"):
+        assert resolve_json_path(schema, scale[key]) is not None, key
+
+
+# --- documented examples ----------------------------------------------------------------
+
+
+def test_the_docs_show_a_full_example_of_each_kind() -> None:
+    kinds = {doc["kind"] for doc in documented_examples()}
+    assert kinds == set(KINDS)
+
+
+@pytest.mark.parametrize(
+    "example", documented_examples(), ids=lambda d: f"{d['kind']}/{d['metadata']['name']}"
+)
+def test_documented_example_is_accepted(example: dict[str, Any]) -> None:
+    _, errors = admit(CRDS[example["kind"]], example)
+    assert errors == []
+
+
+def test_defaults_fill_in_a_minimal_job_schedule() -> None:
+    stored, errors = admit(CRDS["JobSchedule"], minimal("JobSchedule"))
+    assert errors == []
+    assert stored["spec"] | {} == {
+        "interval": "5m",
+        "job": {"class": "app.jobs:Ping"},
+        "timeZone": "UTC",
+        "catchUp": "latest",
+        "catchUpWindowSeconds": 3600,
+        "catchUpMax": 10,
+        "concurrencyPolicy": "Allow",
+        "suspend": False,
+    }
+
+
+def test_defaults_fill_in_a_minimal_worker_pool() -> None:
+    stored, errors = admit(CRDS["WorkerPool"], minimal("WorkerPool"))
+    assert errors == []
+    spec = stored["spec"]
+    assert spec["replicas"] == 1
+    assert spec["queues"] == ["default"]
+    assert spec["concurrency"] == 10
+    assert spec["hostCap"] == 0
+    assert spec["isolation"] == "thread"
+    assert spec["dsnSecretRef"] == {"name": "db", "key": "dsn"}
+    assert spec["drainTimeoutSeconds"] == 600
+    assert spec["rollout"] == {"maxSurge": 1, "maxUnavailable": 0}
+    assert spec["httpPort"] == 8080
+
+
+def test_defaults_fill_in_a_minimal_exclusive_job() -> None:
+    stored, errors = admit(CRDS["ExclusiveJob"], minimal("ExclusiveJob"))
+    assert errors == []
+    assert stored["spec"]["lease"] == {"onBusy": "defer"}
+
+
+# --- bad specs --------------------------------------------------------------------------
+
+BAD: list[tuple[str, str, dict[str, Any], str]] = [
+    # (id, kind, spec changes, a piece of the expected error)
+    ("schedule-and-interval", "JobSchedule", {"schedule": "* * * * *"}, "exactly one of"),
+    ("neither-schedule-nor-interval", "JobSchedule", {"interval": None}, "exactly one of"),
+    ("interval-unit", "JobSchedule", {"interval": "5x"}, "does not match"),
+    ("interval-zero", "JobSchedule", {"interval": "0s"}, "does not match"),
+    ("empty-schedule", "JobSchedule", {"interval": None, "schedule": ""}, "non-empty"),
+    ("concurrency-policy", "JobSchedule", {"concurrencyPolicy": "Sometimes"}, "is not one of"),
+    ("catch-up", "JobSchedule", {"catchUp": "some"}, "is not one of"),
+    ("catch-up-window", "JobSchedule", {"catchUpWindowSeconds": 30}, "less than the minimum"),
+    ("job-without-class", "JobSchedule", {"job": {"queue": "q"}}, "'class' is a required"),
+    ("class-without-colon", "JobSchedule", {"job": {"class": "app.jobs.Ping"}}, "does not match"),
+    ("typo-in-field", "JobSchedule", {"suspended": True}, "Additional properties"),
+    ("typo-in-job", "JobSchedule", {"job": {"class": "a:B", "retries": 3}}, "Additional prop"),
+    ("negative-timeout", "JobSchedule", {"job": {"class": "a:B", "timeoutSeconds": 0}}, "minimum"),
+    ("data-not-object", "ExclusiveJob", {"job": {"class": "a:B", "data": [1]}}, "not of type"),
+    ("on-busy", "ExclusiveJob", {"lease": {"onBusy": "wait"}}, "is not one of"),
+    ("empty-key", "ExclusiveJob", {"concurrencyKey": ""}, "non-empty"),
+    ("negative-replicas", "WorkerPool", {"replicas": -1}, "less than the minimum"),
+    ("no-image-no-template", "WorkerPool", {"image": None}, "spec.image"),
+    ("rollout-stuck", "WorkerPool", {"rollout": {"maxSurge": 0}}, "cannot both be 0"),
+    ("isolation", "WorkerPool", {"isolation": "fork"}, "is not one of"),
+    ("no-dsn", "WorkerPool", {"dsnSecretRef": None}, "'dsnSecretRef' is a required"),
+    ("privileged-port", "WorkerPool", {"httpPort": 80}, "less than the minimum"),
+    ("no-queues", "WorkerPool", {"queues": []}, "should be non-empty"),
+    ("zero-concurrency", "WorkerPool", {"concurrency": 0}, "less than the minimum"),
+]
+
+
+@pytest.mark.parametrize(("kind", "changes", "expected"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_spec_is_refused_with_a_clear_message(
+    kind: str, changes: dict[str, Any], expected: str
+) -> None:
+    _, errors = admit(CRDS[kind], with_spec(kind, **changes))
+    assert errors, "accepted"
+    assert any(expected in error for error in errors), errors
+
+
+def test_job_schedule_without_spec_is_refused() -> None:
+    obj = minimal("JobSchedule")
+    del obj["spec"]
+    _, errors = admit(CRDS["JobSchedule"], obj)
+    assert any("'spec' is a required" in e for e in errors)
+
+
+# --- immutable identity of an ExclusiveJob ----------------------------------------------
+
+
+def test_exclusive_job_data_may_change_on_update() -> None:
+    old = with_spec("ExclusiveJob", concurrencyKey="k")
+    new = copy.deepcopy(old)
+    new["spec"]["job"]["data"] = {"x": 1}
+    assert admit(CRDS["ExclusiveJob"], new, old=old)[1] == []
+
+
+def test_exclusive_job_class_cannot_change() -> None:
+    old = minimal("ExclusiveJob")
+    new = copy.deepcopy(old)
+    new["spec"]["job"]["class"] = "app.jobs:Other"
+    _, errors = admit(CRDS["ExclusiveJob"], new, old=old)
+    assert any("spec.job.class is immutable" in e for e in errors), errors
+    # The same object on create is fine: transition rules only judge updates.
+    assert admit(CRDS["ExclusiveJob"], new)[1] == []
+
+
+@pytest.mark.parametrize(
+    ("old_key", "new_key"), [("a", "b"), (None, "b"), ("a", None)], ids=["change", "add", "remove"]
+)
+def test_exclusive_job_concurrency_key_cannot_change(old_key: str | None, new_key: str | None) -> None:
+    old = with_spec("ExclusiveJob", concurrencyKey=old_key)
+    new = with_spec("ExclusiveJob", concurrencyKey=new_key)
+    _, errors = admit(CRDS["ExclusiveJob"], new, old=old)
+    assert any("spec.concurrencyKey is immutable" in e for e in errors), errors
+
+
+def test_job_schedule_may_switch_from_interval_to_cron_on_update() -> None:
+    old = minimal("JobSchedule")
+    new = with_spec("JobSchedule", interval=None, schedule="@hourly")
+    assert admit(CRDS["JobSchedule"], new, old=old)[1] == []
