@@ -177,6 +177,9 @@ def _step(field: Field, step: str, item: str) -> None:
 
 
 def _value(field: Field, token: str, item: str) -> int:
+    where = "" if token == item else f" in {item!r}"
+    if not token:
+        raise errors.ScheduleError(f"missing {field.name} value{where} ({field.example})")
     if token in field.names:
         return field.names[token]
     if token.isdigit():
@@ -184,6 +187,6 @@ def _value(field: Field, token: str, item: str) -> int:
         if field.low <= value <= field.high:
             return value
         raise errors.ScheduleError(
-            f"{field.name} value {value} in {item!r} is out of range ({field.example})"
+            f"{field.name} value {value}{where} is out of range ({field.example})"
         )
-    raise errors.ScheduleError(f"{token!r} is not a valid {field.name} ({field.example})")
+    raise errors.ScheduleError(f"{token!r}{where} is not a valid {field.name} ({field.example})")
