@@ -30,8 +30,29 @@ Schema = dict[str, Any]
 
 # Kubernetes escapes these property names in CEL (``__in__``); our schemas use none.
 CEL_RESERVED = frozenset(
-    "true false null in as break const continue else for function if import let loop "
-    "package namespace return var void while".split()
+    [
+        "true",
+        "false",
+        "null",
+        "in",
+        "as",
+        "break",
+        "const",
+        "continue",
+        "else",
+        "for",
+        "function",
+        "if",
+        "import",
+        "let",
+        "loop",
+        "package",
+        "namespace",
+        "return",
+        "var",
+        "void",
+        "while",
+    ]
 )
 
 
@@ -139,9 +160,9 @@ def to_jsonschema(schema: Schema) -> Schema:
             continue
         if key == "properties":
             out[key] = {name: to_jsonschema(sub) for name, sub in value.items()}
-        elif key == "items" and isinstance(value, dict):
-            out[key] = to_jsonschema(value)
-        elif key == "additionalProperties" and isinstance(value, dict):
+        elif (key == "items" and isinstance(value, dict)) or (
+            key == "additionalProperties" and isinstance(value, dict)
+        ):
             out[key] = to_jsonschema(value)
         else:
             out[key] = value
@@ -211,9 +232,9 @@ def cel_errors(schema: Schema, obj: Any, old: Any = None) -> list[str]:
     return errors
 
 
-def admit(crd: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None = None) -> tuple[
-    dict[str, Any], list[str]
-]:
+def admit(
+    crd: dict[str, Any], obj: dict[str, Any], old: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], list[str]]:
     """What the API server would store, and why it would refuse the object.
 
     Returns the defaulted object and the list of errors (empty = accepted).

@@ -7,10 +7,9 @@ import copy
 import re
 from typing import Any
 
+import crdschema
 import pytest
 import yaml
-
-import crdschema
 from crdschema import ROOT, admit, load_crds, resolve_json_path, schema_of, structural_errors
 
 pytest.importorskip("jsonschema", reason="pip install jsonschema (validates the OpenAPI schemas)")
@@ -88,7 +87,12 @@ def test_status_is_a_subresource_with_standard_conditions(kind: str) -> None:
     conditions = schema_of(CRDS[kind])["properties"]["status"]["properties"]["conditions"]
     item = conditions["items"]
     assert set(item["properties"]) == {
-        "type", "status", "reason", "message", "lastTransitionTime", "observedGeneration",
+        "type",
+        "status",
+        "reason",
+        "message",
+        "lastTransitionTime",
+        "observedGeneration",
     }
     assert item["required"] == ["type", "status"]
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
@@ -126,13 +130,17 @@ def test_printer_columns_point_at_fields_of_the_schema(kind: str) -> None:
             continue
         node = resolve_json_path(schema, column["jsonPath"])
         assert node is not None, f"{kind} column {column['name']}: {column['jsonPath']}"
-        expected = {"date": "string", "integer": "integer", "boolean": "boolean"}.get(column["type"])
+        expected = {"date": "string", "integer": "integer", "boolean": "boolean"}.get(
+            column["type"]
+        )
         if expected:
             assert node.get("type") == expected, column
 
 
 def test_job_schedule_shows_schedule_suspended_last_and_next_run_and_ready() -> None:
-    names = [c["name"] for c in crdschema.version_of(CRDS["JobSchedule"])["additionalPrinterColumns"]]
+    names = [
+        c["name"] for c in crdschema.version_of(CRDS["JobSchedule"])["additionalPrinterColumns"]
+    ]
     for wanted in ("Schedule", "Suspended", "Last Run", "Next Run", "Ready"):
         assert wanted in names
 
@@ -227,7 +235,9 @@ BAD: list[tuple[str, str, dict[str, Any], str]] = [
 ]
 
 
-@pytest.mark.parametrize(("kind", "changes", "expected"), [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+@pytest.mark.parametrize(
+    ("kind", "changes", "expected"), [b[1:] for b in BAD], ids=[b[0] for b in BAD]
+)
 def test_bad_spec_is_refused_with_a_clear_message(
     kind: str, changes: dict[str, Any], expected: str
 ) -> None:
@@ -266,7 +276,9 @@ def test_exclusive_job_class_cannot_change() -> None:
 @pytest.mark.parametrize(
     ("old_key", "new_key"), [("a", "b"), (None, "b"), ("a", None)], ids=["change", "add", "remove"]
 )
-def test_exclusive_job_concurrency_key_cannot_change(old_key: str | None, new_key: str | None) -> None:
+def test_exclusive_job_concurrency_key_cannot_change(
+    old_key: str | None, new_key: str | None
+) -> None:
     old = with_spec("ExclusiveJob", concurrencyKey=old_key)
     new = with_spec("ExclusiveJob", concurrencyKey=new_key)
     _, errors = admit(CRDS["ExclusiveJob"], new, old=old)

@@ -1,0 +1,129 @@
+{{/* Chart name, truncated to the 63 characters of a DNS label. */}}
+{{- define "jobwarden.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Full name: release + chart unless the release name already contains the chart
+name. Truncated to leave room for suffixes such as "-operator".
+*/}}
+{{- define "jobwarden.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 52 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 52 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "jobwarden.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Labels on every resource. */}}
+{{- define "jobwarden.labels" -}}
+helm.sh/chart: {{ include "jobwarden.chart" . }}
+{{ include "jobwarden.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: jobwarden
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{- define "jobwarden.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "jobwarden.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "jobwarden.operatorSelectorLabels" -}}
+{{ include "jobwarden.selectorLabels" . }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{/*
+Labels the operator puts on every worker pod it creates (docs/kubernetes.md,
+"Pods the operator creates"). The PodMonitor and the workers Service select
+on them, so they must not depend on the release.
+*/}}
+{{- define "jobwarden.workerPodSelectorLabels" -}}
+app.kubernetes.io/part-of: jobwarden
+app.kubernetes.io/component: worker
+{{- end }}
+
+{{- define "jobwarden.operatorName" -}}
+{{- printf "%s-operator" (include "jobwarden.fullname" .) }}
+{{- end }}
+
+{{- define "jobwarden.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "jobwarden.operatorName" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "jobwarden.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/* The Secret holding the DSN: the user's, or the one the chart makes. */}}
+{{- define "jobwarden.dsnSecretName" -}}
+{{- default (printf "%s-dsn" (include "jobwarden.fullname" .)) .Values.database.existingSecret }}
+{{- end }}
+
+{{- define "jobwarden.tickSecretName" -}}
+{{- default (printf "%s-tick" (include "jobwarden.fullname" .)) .Values.tick.existingSecret }}
+{{- end }}
+
+{{/* Where secrets are mounted in jobwarden containers (files, never env values). */}}
+{{- define "jobwarden.dsnDir" -}}/var/run/secrets/jobwarden/dsn{{- end }}
+{{- define "jobwarden.tickDir" -}}/var/run/secrets/jobwarden/tick{{- end }}
+
+{{/* Namespaces whose resources the operator reconciles ("" = all). */}}
+{{- define "jobwarden.clusterWide" -}}
+{{- if not .Values.operator.watchNamespaces }}true{{- end }}
+{{- end }}
+
+{{- define "jobwarden.operatorJob" -}}
+{{- default (include "jobwarden.operatorName" .) .Values.prometheusRule.operatorJob }}
+{{- end }}
+
+{{/* Rules the operator needs in every namespace it watches. */}}
+{{- define "jobwarden.namespacedRules" -}}
+- apiGroups: [jobwarden.io]
+  resources: [workerpools, jobschedules, exclusivejobs]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [jobwarden.io]
+  resources: [workerpools/status, jobschedules/status, exclusivejobs/status]
+  verbs: [get, patch, update]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete, patch]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+{{- end }}
+
+{{/* A Prometheus duration (30s, 15m, 2h, 7d, 1w) in seconds, for arithmetic in PromQL. */}}
+{{- define "jobwarden.durationSeconds" -}}
+{{- $d := toString . }}
+{{- $units := dict "s" 1 "m" 60 "h" 3600 "d" 86400 "w" 604800 }}
+{{- $unit := substr (int (sub (len $d) 1)) (len $d) $d }}
+{{- if not (hasKey $units $unit) }}
+{{- fail (printf "duration %q: use a number followed by s, m, h, d or w" $d) }}
+{{- end }}
+{{- mul (trimSuffix $unit $d | int) (get $units $unit) }}
+{{- end }}

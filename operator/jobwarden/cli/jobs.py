@@ -1,0 +1,158 @@
+"""``jobwarden enqueue``, ``jobwarden jobs ...`` and ``jobwarden status``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from jobwarden import errors
+from jobwarden.cli import EXIT_FAILURE, EXIT_OK, add_json, common, print_json, print_table
+from jobwarden.structs.states import JobStatus
+
+
+def register(subparsers: Any) -> None:
+    enqueue = subparsers.add_parser("enqueue", help="enqueue one job")
+    enqueue.add_argument("job_class", metavar="CLASS_PATH", help="e.g. myapp.jobs:SendEmail")
+    enqueue.add_argument("--data", default="null", help="job data as JSON (default null)")
+    enqueue.add_argument("--queue")
+    enqueue.add_argument("--priority", type=int)
+    enqueue.add_argument("--delay", type=float, metavar="SECONDS")
+    enqueue.add_argument("--unique-key")
+    enqueue.add_argument("--app", action="append", default=[],
+                         help="module(s) to import first (where the job is defined)")
+    enqueue.add_argument("--no-check", action="store_true",
+                         help="enqueue even if the job class cannot be imported here")
+    add_json(enqueue)
+    enqueue.set_defaults(handler=cmd_enqueue)
+
+    jobs = subparsers.add_parser("jobs", help="list, show, cancel, retry and purge jobs")
+    sub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
+    listing = sub.add_parser("list", help="recent jobs, newest first")
+    listing.add_argument("--status", choices=[s.value for s in JobStatus])
+    listing.add_argument("--queue")
+    listing.add_argument("--class", dest="job_class")
+    listing.add_argument("--limit", type=int, default=50)
+    add_json(listing)
+    listing.set_defaults(handler=cmd_list)
+    show = sub.add_parser("show", help="one job with its result and last error")
+    show.add_argument("id", type=int)
+    add_json(show)
+    show.set_defaults(handler=cmd_show)
+    cancel = sub.add_parser("cancel", help="cancel a pending job or ask a running one to stop")
+    cancel.add_argument("id", type=int)
+    add_json(cancel)
+    cancel.set_defaults(handler=cmd_cancel)
+    retry = sub.add_parser("retry", help="run a failed, interrupted or cancelled job again")
+    retry.add_argument("id", type=int)
+    add_json(retry)
+    retry.set_defaults(handler=cmd_retry)
+    purge = sub.add_parser("purge", help="delete finished jobs")
+    purge.add_argument("--status", action="append",
+                       choices=["completed", "failed", "interrupted", "cancelled"],
+                       help="status to purge (repeatable; default completed)")
+    purge.add_argument("--older-than", type=float, default=0.0, metavar="SECONDS")
+    add_json(purge)
+    purge.set_defaults(handler=cmd_purge)
+
+    status = subparsers.add_parser("status", help="queue depth per queue and status")
+    add_json(status)
+    status.set_defaults(handler=cmd_status)
+
+
+def _data(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise errors.InvalidPayload(f"--data is not valid JSON: {exc}") from exc
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    import importlib
+
+    data = _data(args.data)
+    for app in args.app:
+        importlib.import_module(app)
+    with common.client(args) as client:
+        result = client.enqueue(
+            args.job_class, data, queue=args.queue, priority=args.priority, delay=args.delay,
+            unique_key=args.unique_key, check=not args.no_check,
+        )
+    if args.json:
+        print_json({"id": result.id, "duplicate": result.duplicate})
+    else:
+        print(f"{'duplicate of' if result.duplicate else 'enqueued'} job {result.id}")
+    return EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with common.client(args) as client:
+        found = client.jobs(status=args.status, queue=args.queue, job_class=args.job_class,
+                            limit=args.limit)
+    if args.json:
+        print_json([j.as_json() for j in found])
+    else:
+        print_table(["ID", "QUEUE", "CLASS", "STATUS", "ATTEMPTS", "RUN AT", "HOST"],
+                    [[j.id, j.queue, j.job_class, j.status.value,
+                      f"{j.attempts}/{j.max_retries + 1}", j.run_at.isoformat(timespec="seconds"),
+                      j.claimed_by] for j in found])
+    return EXIT_OK
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with common.client(args) as client:
+        job = client.job(args.id)
+    if args.json:
+        print_json(job.as_json())
+    else:
+        for key, value in job.as_json().items():
+            if key in ("data", "result") and value is not None:
+                value = json.dumps(value)
+            print(f"{key:>17}: {'' if value is None else value}")
+    return EXIT_OK
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    with common.client(args) as client:
+        status = client.cancel(args.id)
+        asked = status is JobStatus.PROCESSING
+    if args.json:
+        print_json({"id": args.id, "status": status.value, "cancel_requested": asked})
+    elif asked:
+        print(f"job {args.id} is running: asked it to stop")
+    else:
+        print(f"job {args.id} is {status.value}")
+    return EXIT_OK if status in (JobStatus.CANCELLED, JobStatus.PROCESSING) else EXIT_FAILURE
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    with common.client(args) as client:
+        ok = client.retry(args.id)
+        status = client.job(args.id).status
+    if args.json:
+        print_json({"id": args.id, "retried": ok, "status": status.value})
+    else:
+        print(f"job {args.id} {'will run again' if ok else 'was not retried'} ({status.value})")
+    return EXIT_OK if ok else EXIT_FAILURE
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    with common.client(args) as client:
+        deleted = client.purge(status=args.status or ["completed"], older_than=args.older_than)
+    if args.json:
+        print_json({"deleted": deleted})
+    else:
+        print(f"deleted {deleted} job(s)")
+    return EXIT_OK
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with common.client(args) as client:
+        stats = client.stats()
+    if args.json:
+        print_json({"queues": stats})
+        return EXIT_OK
+    statuses = [s.value for s in JobStatus]
+    print_table(["QUEUE", *[s.upper() for s in statuses]],
+                [[queue, *[counts[s] for s in statuses]] for queue, counts in sorted(stats.items())])
+    return EXIT_OK

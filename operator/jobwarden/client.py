@@ -1,0 +1,193 @@
+"""The application-facing API: enqueue, inspect, cancel, retry, purge, stats.
+
+Synchronous on purpose: it is called from web requests, scripts and the CLI,
+and one implementation (not mirrored sync and async APIs) keeps it small. Async
+code can call it through ``asyncio.to_thread``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from jobwarden import definitions, errors, metrics, settings
+from jobwarden.db.database import Database
+from jobwarden.structs.jobs import EnqueueResult, JobRecord, JobSpec
+from jobwarden.structs.states import TERMINAL, JobStatus
+
+JobRef = type[definitions.Job] | definitions.JobFunction | str
+
+
+def _job_class(job: JobRef, *, check: bool) -> tuple[str, type[definitions.Job] | None]:
+    if isinstance(job, definitions.JobFunction):
+        return job.path(), job.job_class
+    if isinstance(job, type) and issubclass(job, definitions.Job):
+        return job.path(), job
+    if isinstance(job, str):
+        try:
+            resolved = definitions.resolve(job)
+        except errors.UnknownJob:
+            if check:
+                raise
+            definitions.resolve_path_syntax(job)
+            return job, None
+        return job, resolved
+    raise errors.UnknownJob(
+        f"cannot enqueue {job!r}: pass a Job subclass, a @job function or 'module:Name'"
+    )
+
+
+def check_payload(data: Any) -> None:
+    """Refuse data that would not round-trip through JSON, before anything is stored."""
+    try:
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidPayload(f"job data must be JSON-serialisable: {exc}") from exc
+
+
+class Client:
+    """A connection pool to one Jobwarden schema plus the operations on it."""
+
+    def __init__(self, dsn: str | None = None, *, schema: str | None = None,
+                 max_connections: int = 4, database: Database | None = None) -> None:
+        if database is not None:
+            self.db = database
+            self._owns_db = False
+        else:
+            resolved = dsn or settings.env_dsn()
+            if not resolved:
+                raise errors.ConfigurationError(
+                    "no database DSN: pass Client(dsn=...) or set JOBWARDEN_DSN"
+                )
+            self.db = Database(resolved, schema=schema or settings.env_schema(),
+                               min_size=1, max_size=max_connections)
+            self._owns_db = True
+
+    def close(self) -> None:
+        if self._owns_db:
+            self.db.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- enqueue -------------------------------------------------------------------
+
+    def spec(
+        self, job: JobRef, data: Any = None, *, queue: str | None = None,
+        priority: int | None = None, run_at: datetime.datetime | None = None,
+        delay: float | datetime.timedelta | None = None, unique_key: str | None = None,
+        max_retries: int | None = None, timeout: float | None = None,
+        idempotent: bool | None = None, check: bool = True,
+    ) -> JobSpec:
+        """Validate one enqueue request and build its row (nothing is written)."""
+        path, cls = _job_class(job, check=check)
+        check_payload(data)
+        if run_at is not None and run_at.tzinfo is None:
+            raise ValueError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
+        delay_seconds = delay.total_seconds() if isinstance(delay, datetime.timedelta) \
+            else float(delay or 0.0)
+        if not math.isfinite(delay_seconds) or delay_seconds < 0:
+            raise ValueError("delay must be a non-negative number of seconds")
+        if unique_key is not None and not unique_key.strip():
+            raise ValueError("unique_key must not be blank")
+        base: type[definitions.Job] = cls or definitions.Job
+        resolved_timeout = float(timeout if timeout is not None else base.timeout)
+        resolved_retries = int(max_retries if max_retries is not None else base.max_retries)
+        if resolved_timeout <= 0 or not math.isfinite(resolved_timeout):
+            raise ValueError("timeout must be a positive number of seconds")
+        if resolved_retries < 0:
+            raise ValueError("max_retries must not be negative")
+        return JobSpec(
+            job_class=path,
+            data=data,
+            queue=queue or base.queue,
+            priority=int(priority if priority is not None else base.priority),
+            run_at=run_at,
+            delay_seconds=delay_seconds,
+            max_retries=resolved_retries,
+            timeout_seconds=resolved_timeout,
+            idempotent=bool(idempotent if idempotent is not None else base.idempotent),
+            unique_key=unique_key,
+        )
+
+    def enqueue(self, job: JobRef, data: Any = None, **options: Any) -> EnqueueResult:
+        """Enqueue one job; returns its id and whether the unique key made it a duplicate."""
+        return self.enqueue_specs([self.spec(job, data, **options)])[0]
+
+    def enqueue_many(self, job: JobRef, datas: Iterable[Any], *,
+                     unique_keys: Sequence[str | None] | None = None,
+                     **options: Any) -> list[EnqueueResult]:
+        """Enqueue one job per data item in a single round trip."""
+        items = list(datas)
+        keys = list(unique_keys) if unique_keys is not None else [None] * len(items)
+        if len(keys) != len(items):
+            raise ValueError("unique_keys must have one entry per data item")
+        specs = [self.spec(job, d, unique_key=k, **options) for d, k in zip(items, keys,
+                                                                             strict=True)]
+        return self.enqueue_specs(specs)
+
+    def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        """Insert prepared rows (mixed classes allowed) in one round trip."""
+        results = self.db.jobs.insert_many(specs)
+        for spec, result in zip(specs, results, strict=True):
+            if not result.duplicate:
+                metrics.JOBS_ENQUEUED.labels(spec.queue, spec.job_class).inc()
+        return results
+
+    # -- inspect and manage --------------------------------------------------------
+
+    def job(self, job_id: int) -> JobRecord:
+        found = self.db.jobs.get(job_id)
+        if found is None:
+            raise errors.JobNotFound(f"no job with id {job_id}")
+        return found
+
+    def jobs(self, *, status: JobStatus | str | None = None, queue: str | None = None,
+             job_class: str | None = None, limit: int = 50) -> list[JobRecord]:
+        wanted = JobStatus(status) if isinstance(status, str) else status
+        return self.db.jobs.list(status=wanted, queue=queue, job_class=job_class, limit=limit)
+
+    def cancel(self, job_id: int) -> JobStatus:
+        """Cancel a pending job, or ask a running one to stop (its next heartbeat raises).
+
+        Returns the status after the call; a finished job is left as it is.
+        """
+        changed = self.db.jobs.cancel(job_id)
+        if changed is not None:
+            return changed
+        return self.job(job_id).status
+
+    def retry(self, job_id: int) -> bool:
+        """Run a failed, interrupted or cancelled job again (one more attempt)."""
+        if self.db.jobs.retry(job_id):
+            return True
+        self.job(job_id)  # raises JobNotFound for a wrong id
+        return False
+
+    def purge(self, *, status: JobStatus | str | Iterable[JobStatus | str] = JobStatus.COMPLETED,
+              older_than: float | datetime.timedelta = 0.0) -> int:
+        """Delete finished jobs of the given status(es) finished more than ``older_than`` ago."""
+        raw = [status] if isinstance(status, (str, JobStatus)) else list(status)
+        statuses = [JobStatus(s) for s in raw]
+        for s in statuses:
+            if s not in TERMINAL:
+                raise ValueError(f"only finished jobs can be purged, not {s.value!r}")
+        seconds = older_than.total_seconds() if isinstance(older_than, datetime.timedelta) \
+            else float(older_than)
+        if seconds < 0:
+            raise ValueError("older_than must not be negative")
+        return self.db.jobs.purge(statuses=statuses, older_than_seconds=seconds)
+
+    def stats(self) -> dict[str, dict[str, int]]:
+        """``{queue: {status: count}}`` with every status present (zeros included)."""
+        out: dict[str, dict[str, int]] = {}
+        for stat in self.db.jobs.stats():
+            per = out.setdefault(stat.queue, {s.value: 0 for s in JobStatus})
+            per[stat.status.value] = stat.count
+        return out

@@ -1,0 +1,261 @@
+"""Connection pool, query execution and error translation.
+
+One :class:`Database` per process and schema. It owns a psycopg connection pool
+(autocommit: every named query is its own transaction unless a table module
+opens one explicitly) and the queries rendered for its schema. Table modules
+(``db.jobs``, ...) build on :meth:`Database.rows` and friends, so the
+translation of driver errors into :mod:`jobwarden.errors` happens in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import logging
+from collections.abc import Iterator, Mapping
+from typing import Any, LiteralString, cast
+
+import psycopg
+import psycopg.errors
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from jobwarden import errors
+from jobwarden.db import queries
+
+logger = logging.getLogger(__name__)
+
+Row = tuple[Any, ...]
+Params = Mapping[str, Any]
+Connection = psycopg.Connection[Row]
+
+DEFAULT_SCHEMA = "jobwarden"
+
+
+@contextlib.contextmanager
+def translate_errors() -> Iterator[None]:
+    """Turn driver exceptions into Jobwarden's own, so callers never import psycopg."""
+    try:
+        yield
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName,
+            psycopg.errors.UndefinedObject) as exc:
+        raise errors.SchemaMissing(
+            f"the Jobwarden schema is missing or incomplete ({exc.diag.message_primary}); "
+            "run `jobwarden migrate`"
+        ) from exc
+    except PoolTimeout as exc:
+        raise errors.DatabaseUnavailable(f"no database connection available: {exc}") from exc
+    except psycopg.OperationalError as exc:
+        raise errors.DatabaseUnavailable(f"database unavailable: {_first_line(exc)}") from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def channel_name(schema: str, topic: str) -> str:
+    """NOTIFY channel per schema, so two apps sharing a database don't wake each other."""
+    return f"{schema}_{topic}"
+
+
+class Database:
+    """A pool of connections to one Jobwarden schema."""
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        min_size: int = 1,
+        max_size: int = 8,
+        timeout: float = 10.0,
+        application_name: str = "jobwarden",
+        prepare_threshold: int | None = 5,
+        verify: bool = False,
+    ) -> None:
+        if not dsn:
+            raise errors.ConfigurationError(
+                "no database DSN: pass --dsn or set JOBWARDEN_DSN"
+            )
+        self.dsn = dsn
+        self.schema = schema
+        self.q = queries.for_schema(schema)
+        self._timeout = timeout
+        if verify:
+            self.check()
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "prepare_threshold": prepare_threshold,
+            "application_name": application_name,
+        }
+        try:
+            self.pool: ConnectionPool[Connection] = ConnectionPool(
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=timeout,
+                kwargs=self._connect_kwargs,
+                open=False,
+                name=f"jobwarden-{schema}",
+                reconnect_timeout=0,  # keep retrying in the background forever
+            )
+        except psycopg.ProgrammingError as exc:
+            raise errors.ConfigurationError(f"invalid DSN: {_first_line(exc)}") from exc
+        self.pool.open(wait=False)
+        # Table modules, imported here to avoid import cycles at package import.
+        from jobwarden.db import jobs as _jobs
+
+        self.jobs = _jobs.JobsTable(self)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Database:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def check(self) -> datetime.datetime:  # noqa: D401
+        """Connect once, fast, and return the database clock.
+
+        Used by the CLI so a bad DSN fails in seconds with a clear message
+        instead of waiting for the pool's timeout.
+        """
+        try:
+            with psycopg.connect(self.dsn, connect_timeout=5, autocommit=True) as conn:
+                row = conn.execute("SELECT now()").fetchone()
+        except psycopg.ProgrammingError as exc:
+            raise errors.ConfigurationError(f"invalid DSN: {_first_line(exc)}") from exc
+        except psycopg.OperationalError as exc:
+            raise errors.DatabaseUnavailable(
+                f"cannot connect to the database: {_first_line(exc)}"
+            ) from exc
+        assert row is not None
+        return cast(datetime.datetime, row[0])
+
+    def connect(self) -> Connection:
+        """A dedicated connection outside the pool (LISTEN, long waits)."""
+        with translate_errors():
+            return psycopg.connect(self.dsn, connect_timeout=5, **self._connect_kwargs)
+
+    # -- execution -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Connection]:
+        with translate_errors(), self.pool.connection() as conn:
+            yield conn
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[Connection]:
+        with self.connection() as conn, conn.transaction():
+            yield conn
+
+    def sql(self, name: str) -> LiteralString:
+        return cast(LiteralString, self.q[name])
+
+    def rows(self, name: str, params: Params | None = None, *,
+             conn: Connection | None = None) -> list[Row]:
+        if conn is not None:
+            with translate_errors():
+                return conn.execute(self.sql(name), params).fetchall()
+        with self.connection() as c:
+            return c.execute(self.sql(name), params).fetchall()
+
+    def row(self, name: str, params: Params | None = None, *,
+            conn: Connection | None = None) -> Row | None:
+        found = self.rows(name, params, conn=conn)
+        return found[0] if found else None
+
+    def execute(self, name: str, params: Params | None = None, *,
+                conn: Connection | None = None) -> int:
+        if conn is not None:
+            with translate_errors():
+                return conn.execute(self.sql(name), params).rowcount
+        with self.connection() as c:
+            return c.execute(self.sql(name), params).rowcount
+
+    def now(self) -> datetime.datetime:
+        found = self.row("db_now")
+        assert found is not None
+        return cast(datetime.datetime, found[0])
+
+    # -- migrations ----------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        from jobwarden.db import migrations
+
+        with self.connection() as conn:
+            return [f"{m.version:04d}_{m.name}" for m in migrations.migrate(conn, self.schema)]
+
+    def pending_migrations(self) -> list[str]:
+        from jobwarden.db import migrations
+
+        with self.connection() as conn:
+            return [f"{m.version:04d}_{m.name}" for m in migrations.pending(conn, self.schema)]
+
+    def migration_script(self, *, pending_only: bool) -> str:
+        from jobwarden.db import migrations
+
+        versions: list[int] | None = None
+        if pending_only:
+            with self.connection() as conn:
+                versions = [m.version for m in migrations.pending(conn, self.schema)]
+        return migrations.script(self.schema, pending_only=versions)
+
+    # -- notifications -------------------------------------------------------------
+
+    def notify(self, topic: str, payload: str = "") -> None:
+        with self.connection() as conn:
+            conn.execute("SELECT pg_notify(%s, %s)", (channel_name(self.schema, topic), payload))
+
+    def listener(self, *topics: str) -> Listener:
+        return Listener(self, [channel_name(self.schema, t) for t in topics])
+
+
+class Listener:
+    """A dedicated LISTEN connection that reconnects by itself.
+
+    LISTEN/NOTIFY only ever speeds things up: callers always also poll, so a
+    listener that is down (or a pooler that forbids LISTEN) costs latency, never
+    correctness. ``wait`` returns the payloads received, or ``[]`` on timeout.
+    """
+
+    def __init__(self, db: Database, channels: list[str]) -> None:
+        self._db = db
+        self._channels = channels
+        self._conn: Connection | None = None
+
+    def _ensure(self) -> Connection:
+        if self._conn is None or self._conn.closed:
+            conn = self._db.connect()
+            for channel in self._channels:
+                conn.execute(cast(LiteralString, "LISTEN ") + cast(
+                    LiteralString, psycopg.sql.Identifier(channel).as_string(None)))
+            self._conn = conn
+        return self._conn
+
+    def wait(self, timeout: float) -> list[tuple[str, str]]:
+        """Block up to ``timeout`` seconds for notifications; raises DatabaseUnavailable."""
+        try:
+            conn = self._ensure()
+            received = [
+                (n.channel, n.payload) for n in conn.notifies(timeout=timeout, stop_after=1)
+            ]
+            # Drain whatever else arrived with the first one without blocking.
+            if received:
+                received.extend(
+                    (n.channel, n.payload) for n in conn.notifies(timeout=0.0)
+                )
+            return received
+        except (psycopg.OperationalError, errors.DatabaseUnavailable) as exc:
+            self.close()
+            raise errors.DatabaseUnavailable(f"listener lost: {_first_line(exc)}") from exc
+
+    def close(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+            self._conn = None

@@ -1,0 +1,214 @@
+"""Operations on the jobs table, named table-first and returning dataclasses."""
+
+from __future__ import annotations
+
+import datetime
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from psycopg.types.json import Jsonb
+
+from jobwarden.structs.jobs import (
+    ClaimedJob,
+    Completion,
+    EnqueueResult,
+    Failure,
+    HeartbeatAck,
+    JobRecord,
+    JobSpec,
+    QueueStat,
+    ReapedJob,
+)
+from jobwarden.structs.states import JobStatus
+
+if TYPE_CHECKING:
+    from jobwarden.db.database import Connection, Database, Row
+
+JOBS_TOPIC = "jobs"
+
+
+def _record(row: Row) -> JobRecord:
+    (id_, queue, job_class, data, priority, status, run_at, attempts, max_retries, timeout,
+     idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at, cancel_requested,
+     deferrals, lease_lost, lease_token, result, last_error, schedule_name, created_at,
+     updated_at, finished_at) = row
+    return JobRecord(
+        id=id_, queue=queue, job_class=job_class, data=data, priority=priority,
+        status=JobStatus(status), run_at=run_at, attempts=attempts, max_retries=max_retries,
+        timeout_seconds=timeout, idempotent=idempotent, unique_key=unique_key,
+        lease_name=lease_name, claimed_by=claimed_by, claimed_at=claimed_at,
+        heartbeat_at=heartbeat_at, cancel_requested=cancel_requested, deferrals=deferrals,
+        lease_lost=lease_lost, lease_token=lease_token, result=result, last_error=last_error,
+        schedule_name=schedule_name, created_at=created_at, updated_at=updated_at,
+        finished_at=finished_at,
+    )
+
+
+def _claimed(row: Row) -> ClaimedJob:
+    (id_, queue, job_class, data, priority, attempts, max_retries, timeout, idempotent, token,
+     lease_name, schedule_name, queue_wait) = row
+    return ClaimedJob(
+        id=id_, queue=queue, job_class=job_class, data=data, priority=priority,
+        attempt=attempts, max_retries=max_retries, timeout_seconds=timeout,
+        idempotent=idempotent, claim_token=token, lease_name=lease_name,
+        schedule_name=schedule_name, queue_wait_seconds=float(queue_wait),
+    )
+
+
+class JobsTable:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self.channel = f"{db.schema}_{JOBS_TOPIC}"
+
+    def insert_many(self, specs: Sequence[JobSpec], *,
+                    conn: Connection | None = None) -> list[EnqueueResult]:
+        """Insert jobs in one round trip; a unique-key duplicate returns the existing id."""
+        if not specs:
+            return []
+        params: dict[str, Any] = {
+            "queues": [s.queue for s in specs],
+            "classes": [s.job_class for s in specs],
+            "datas": [Jsonb(s.data) for s in specs],
+            "priorities": [s.priority for s in specs],
+            "run_ats": [s.run_at for s in specs],
+            "delays": [s.delay_seconds for s in specs],
+            "max_retries": [s.max_retries for s in specs],
+            "timeouts": [s.timeout_seconds for s in specs],
+            "idempotents": [s.idempotent for s in specs],
+            "unique_keys": [s.unique_key for s in specs],
+            "lease_names": [s.lease_name for s in specs],
+            "schedule_names": [s.schedule_name for s in specs],
+            "channel": self.channel,
+        }
+        rows = self._db.rows("job_insert_many", params, conn=conn)
+        results: list[EnqueueResult | None] = []
+        missing: list[str] = []
+        for _ord, inserted_id, unique_key, _n in rows:
+            if inserted_id is not None:
+                results.append(EnqueueResult(id=inserted_id, duplicate=False))
+            else:
+                results.append(None)
+                missing.append(unique_key)
+        if missing:
+            # Duplicates: the existing row may have been committed by a concurrent
+            # enqueuer after this statement's snapshot, so look it up afresh.
+            found = dict(self._db.rows("job_ids_by_unique_key", {"unique_keys": missing},
+                                       conn=conn))
+            in_batch: dict[str, int] = {}
+            for spec, result in zip(specs, results, strict=True):
+                if result is not None and spec.unique_key is not None:
+                    in_batch.setdefault(spec.unique_key, result.id)
+            for index, (spec, result) in enumerate(zip(specs, results, strict=True)):
+                if result is None:
+                    assert spec.unique_key is not None
+                    existing = in_batch.get(spec.unique_key, found.get(spec.unique_key))
+                    if existing is None:
+                        raise RuntimeError(
+                            f"unique key {spec.unique_key!r} conflicted but no row holds it"
+                        )
+                    results[index] = EnqueueResult(id=existing, duplicate=True)
+        return [r for r in results if r is not None]
+
+    def claim(self, *, host: str, limit: int, grace_seconds: float,
+              queues: Sequence[str] | None = None) -> list[ClaimedJob]:
+        if limit <= 0:
+            return []
+        params = {"host": host, "limit": limit, "grace": grace_seconds}
+        if queues:
+            rows = self._db.rows("job_claim_queues", {**params, "queues": list(queues)})
+        else:
+            rows = self._db.rows("job_claim_any", params)
+        claimed = [_claimed(r) for r in rows]
+        claimed.sort(key=lambda c: (-c.priority, c.id))
+        return claimed
+
+    def complete_many(self, completions: Sequence[Completion]) -> set[int]:
+        """Record successes; returns the ids actually written (the rest were fenced)."""
+        if not completions:
+            return set()
+        rows = self._db.rows("job_complete_many", {
+            "ids": [c.id for c in completions],
+            "tokens": [c.claim_token for c in completions],
+            "results": [Jsonb(c.result) for c in completions],
+            "lease_lost": [c.lease_lost for c in completions],
+        })
+        return {r[0] for r in rows}
+
+    def fail(self, failure: Failure) -> JobStatus | None:
+        """Record a failed attempt; returns the new status, or None when fenced."""
+        found = self._db.row("job_fail", {
+            "id": failure.id, "token": failure.claim_token, "error": failure.error,
+            "retryable": failure.retryable, "retry_in": failure.retry_in_seconds,
+        })
+        return JobStatus(found[0]) if found else None
+
+    def mark_cancelled(self, *, job_id: int, claim_token: uuid.UUID, error: str) -> bool:
+        return self._db.row("job_cancelled", {"id": job_id, "token": claim_token,
+                                              "error": error}) is not None
+
+    def release(self, *, job_id: int, claim_token: uuid.UUID, delay_seconds: float = 0.0,
+                deferral: bool = False) -> bool:
+        """Give a claim back unrun (attempt refunded); False when fenced."""
+        return self._db.row("job_release", {
+            "id": job_id, "token": claim_token, "delay": delay_seconds, "deferral": int(deferral),
+        }) is not None
+
+    def heartbeat_many(self, claims: Sequence[tuple[int, uuid.UUID]], *,
+                       grace_seconds: float) -> HeartbeatAck:
+        if not claims:
+            return HeartbeatAck(alive=frozenset(), cancel_requested=frozenset())
+        rows = self._db.rows("job_heartbeat_many", {
+            "ids": [c[0] for c in claims], "tokens": [c[1] for c in claims],
+            "grace": grace_seconds,
+        })
+        return HeartbeatAck(
+            alive=frozenset(r[0] for r in rows),
+            cancel_requested=frozenset(r[0] for r in rows if r[1]),
+        )
+
+    def reap(self, *, limit: int = 500) -> list[ReapedJob]:
+        rows = self._db.rows("job_reap", {"limit": limit})
+        return [
+            ReapedJob(id=r[0], queue=r[1], job_class=r[2], status=JobStatus(r[3]),
+                      claimed_by=r[4])
+            for r in rows
+        ]
+
+    def get(self, job_id: int) -> JobRecord | None:
+        found = self._db.row("job_get", {"id": job_id})
+        return _record(found) if found else None
+
+    def list(self, *, status: JobStatus | None = None, queue: str | None = None,
+             job_class: str | None = None, limit: int = 50) -> list[JobRecord]:
+        rows = self._db.rows("job_list", {
+            "status": status.value if status else None, "queue": queue,
+            "job_class": job_class, "limit": limit,
+        })
+        return [_record(r) for r in rows]
+
+    def cancel(self, job_id: int) -> JobStatus | None:
+        found = self._db.row("job_cancel", {"id": job_id})
+        return JobStatus(found[0]) if found else None
+
+    def retry(self, job_id: int) -> bool:
+        return self._db.row("job_retry", {"id": job_id}) is not None
+
+    def purge(self, *, statuses: Sequence[JobStatus], older_than_seconds: float,
+              batch: int = 5000) -> int:
+        total = 0
+        while True:
+            deleted = self._db.execute("job_purge", {
+                "statuses": [s.value for s in statuses], "older_than": older_than_seconds,
+                "batch": batch,
+            })
+            total += deleted
+            if deleted < batch:
+                return total
+
+    def stats(self) -> list[QueueStat]:
+        return [QueueStat(queue=q, status=JobStatus(s), count=n)
+                for q, s, n in self._db.rows("job_stats")]
+
+    def now(self) -> datetime.datetime:
+        return self._db.now()

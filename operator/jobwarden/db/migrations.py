@@ -1,0 +1,135 @@
+"""Versioned schema migrations (``jobwarden migrate``).
+
+Migrations are numbered ``.sql`` files applied in order, each in its own
+transaction together with its ``schema_migrations`` row, so a crash leaves
+either all of a migration or none of it. A transaction-scoped advisory lock
+serialises concurrent migrators (two operator replicas starting at once)
+without any session state, so it also works behind a transaction-mode pooler.
+Runtime code never runs DDL: only this module does, and only when asked.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.resources
+import re
+from typing import LiteralString, cast
+
+import psycopg
+from psycopg import sql
+
+from jobwarden.db import queries
+
+_FILE = re.compile(r"^(?P<version>\d{4})_(?P<name>[a-z0-9_]+)\.sql$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def available() -> list[Migration]:
+    folder = importlib.resources.files("jobwarden.db") / "migrations"
+    found: list[Migration] = []
+    for entry in folder.iterdir():
+        match = _FILE.match(entry.name)
+        if match:
+            found.append(
+                Migration(
+                    version=int(match.group("version")),
+                    name=match.group("name"),
+                    sql=entry.read_text(encoding="utf-8"),
+                )
+            )
+    found.sort(key=lambda m: m.version)
+    versions = [m.version for m in found]
+    if len(set(versions)) != len(versions):
+        raise RuntimeError(f"duplicate migration versions: {versions}")
+    return found
+
+
+def _bootstrap(schema: str) -> str:
+    return queries.render(
+        "CREATE SCHEMA IF NOT EXISTS {schema};\n"
+        "CREATE TABLE IF NOT EXISTS {schema}.schema_migrations (\n"
+        "    version integer PRIMARY KEY,\n"
+        "    name text NOT NULL,\n"
+        "    applied_at timestamptz NOT NULL DEFAULT now()\n"
+        ");",
+        schema,
+    )
+
+
+def script(schema: str, *, pending_only: list[int] | None = None) -> str:
+    """The SQL a DBA would run by hand: bootstrap plus each (pending) migration."""
+    parts = [f"-- Jobwarden schema {schema!r}", "BEGIN;", _bootstrap(schema)]
+    for migration in available():
+        if pending_only is not None and migration.version not in pending_only:
+            continue
+        parts.append(f"\n-- {migration.version:04d}_{migration.name}")
+        parts.append(queries.render(migration.sql, schema).strip())
+        parts.append(
+            queries.render(
+                "INSERT INTO {schema}.schema_migrations (version, name) "
+                f"VALUES ({migration.version}, '{migration.name}');",
+                schema,
+            )
+        )
+    parts.append("COMMIT;")
+    return "\n".join(parts) + "\n"
+
+
+def _lock_key(schema: str) -> int:
+    # Stable 63-bit key per schema: the same on every host and Python version.
+    import hashlib
+
+    digest = hashlib.sha256(f"jobwarden-migrate:{schema}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def applied(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[int]:
+    exists = conn.execute(
+        "SELECT to_regclass(%s) IS NOT NULL", (f"{sql.Identifier(schema).as_string(None)}"
+                                               ".schema_migrations",)
+    ).fetchone()
+    if not exists or not exists[0]:
+        return []
+    rows = conn.execute(
+        sql.SQL("SELECT version FROM {}.schema_migrations ORDER BY version").format(
+            sql.Identifier(schema)
+        )
+    ).fetchall()
+    return [int(cast(int, r[0])) for r in rows]
+
+
+def pending(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[Migration]:
+    done = set(applied(conn, schema))
+    return [m for m in available() if m.version not in done]
+
+
+def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[Migration]:
+    """Apply every pending migration; return the ones applied by this call."""
+    ran: list[Migration] = []
+    for migration in available():
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
+            conn.execute(cast(LiteralString, _bootstrap(schema)))
+            already = conn.execute(
+                sql.SQL("SELECT 1 FROM {}.schema_migrations WHERE version = %s").format(
+                    sql.Identifier(schema)
+                ),
+                (migration.version,),
+            ).fetchone()
+            if already:
+                continue
+            conn.execute(cast(LiteralString, queries.render(migration.sql, schema)))
+            conn.execute(
+                sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(
+                    sql.Identifier(schema)
+                ),
+                (migration.version, migration.name),
+            )
+            ran.append(migration)
+    return ran

@@ -1,0 +1,219 @@
+-- Named queries on the jobs table. Each `-- name: X` header starts one query.
+-- `{schema}` is the configured schema; literal braces are doubled. Every time is
+-- the database clock (now()); no application server's clock is ever written.
+-- Every write after a claim is fenced: WHERE id AND claim_token AND status = 'processing'.
+
+-- name: job_insert_many
+-- One round trip for any number of jobs. Ids are drawn up front so each input row
+-- can be matched to its result; a unique-key conflict inserts nothing for that row
+-- (the caller then looks the existing id up). NOTIFY once per distinct queue.
+WITH input AS (
+    SELECT nextval(pg_get_serial_sequence('{schema}.jobs', 'id')) AS id, i.*
+    FROM unnest(
+        %(queues)s::text[], %(classes)s::text[], %(datas)s::jsonb[], %(priorities)s::integer[],
+        %(run_ats)s::timestamptz[], %(delays)s::double precision[], %(max_retries)s::integer[],
+        %(timeouts)s::double precision[], %(idempotents)s::boolean[], %(unique_keys)s::text[],
+        %(lease_names)s::text[], %(schedule_names)s::text[]
+    ) WITH ORDINALITY AS i(queue, job_class, data, priority, run_at, delay, max_retries,
+                           timeout_seconds, idempotent, unique_key, lease_name, schedule_name, ord)
+),
+inserted AS (
+    INSERT INTO {schema}.jobs (id, queue, job_class, data, priority, run_at, max_retries,
+                               timeout_seconds, idempotent, unique_key, lease_name, schedule_name)
+    SELECT id, queue, job_class, data, priority,
+           coalesce(run_at, now()) + make_interval(secs => coalesce(delay, 0)),
+           max_retries, timeout_seconds, idempotent, unique_key, lease_name, schedule_name
+    FROM input ORDER BY ord
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id, queue
+),
+notified AS (
+    SELECT count(pg_notify(%(channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM inserted) AS q
+)
+SELECT input.ord, inserted.id AS inserted_id, input.unique_key, (SELECT n FROM notified) AS n
+FROM input LEFT JOIN inserted ON inserted.id = input.id
+ORDER BY input.ord;
+
+-- name: job_ids_by_unique_key
+SELECT unique_key, id FROM {schema}.jobs WHERE unique_key = ANY(%(unique_keys)s::text[]);
+
+-- name: job_claim_queues
+-- The claim: pick due pending rows in priority order, skipping rows another claimant
+-- has locked, and turn them into processing rows with a fresh token each, all in
+-- one statement. SKIP LOCKED sits in the CTE so the UPDATE only touches rows this
+-- statement locked. The attempt is counted here, at claim.
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_uuid(),
+    claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
+    claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
+    updated_at = now()
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
+          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
+          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait;
+
+-- name: job_claim_any
+-- As job_claim_queues, over every queue.
+WITH picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'pending' AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_uuid(),
+    claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
+    claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
+    updated_at = now()
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
+          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
+          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait;
+
+-- name: job_complete_many
+-- Batched, fenced completion. Ids missing from the result were fenced.
+UPDATE {schema}.jobs AS j
+SET status = 'completed', result = c.result, lease_lost = c.lease_lost, finished_at = now(),
+    claim_expires_at = NULL, updated_at = now()
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[], %(lease_lost)s::boolean[])
+     AS c(id, token, result, lease_lost)
+WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'processing'
+RETURNING j.id;
+
+-- name: job_fail
+-- One failed attempt, fenced. The new state is decided here, from the row:
+-- a cancel request ends in cancelled, a non-retryable error or exhausted attempts
+-- in failed, otherwise pending again after the backoff.
+UPDATE {schema}.jobs AS j
+SET status = (CASE
+        WHEN j.cancel_requested THEN 'cancelled'
+        WHEN NOT %(retryable)s OR j.attempts > j.max_retries THEN 'failed'
+        ELSE 'pending' END)::{schema}.job_status,
+    run_at = CASE
+        WHEN j.cancel_requested OR NOT %(retryable)s OR j.attempts > j.max_retries THEN j.run_at
+        ELSE now() + make_interval(secs => %(retry_in)s) END,
+    finished_at = CASE
+        WHEN j.cancel_requested OR NOT %(retryable)s OR j.attempts > j.max_retries THEN now()
+        ELSE NULL END,
+    last_error = %(error)s, claim_expires_at = NULL, updated_at = now()
+WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'processing'
+RETURNING j.status::text;
+
+-- name: job_cancelled
+-- The attempt stopped because it was asked to (JobCancelled), fenced.
+UPDATE {schema}.jobs
+SET status = 'cancelled', last_error = %(error)s, finished_at = now(), claim_expires_at = NULL,
+    updated_at = now()
+WHERE id = %(id)s AND claim_token = %(token)s AND status = 'processing'
+RETURNING id;
+
+-- name: job_release
+-- Give a claim back without running it (a busy lease, or a prefetched job at
+-- shutdown): pending again, the attempt the claim counted given back, fenced.
+UPDATE {schema}.jobs
+SET status = 'pending', attempts = greatest(attempts - 1, 0),
+    run_at = now() + make_interval(secs => %(delay)s),
+    deferrals = deferrals + %(deferral)s::integer, claim_expires_at = NULL, updated_at = now()
+WHERE id = %(id)s AND claim_token = %(token)s AND status = 'processing'
+RETURNING id;
+
+-- name: job_heartbeat_many
+-- Batched, fenced heartbeat of every running claim of a worker: pushes the reap
+-- deadline forward. Ids missing from the result lost their claim.
+UPDATE {schema}.jobs AS j
+SET heartbeat_at = now(), claim_expires_at = now() + make_interval(secs => %(grace)s)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS c(id, token)
+WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'processing'
+RETURNING j.id, j.cancel_requested;
+
+-- name: job_reap
+-- Reclaim processing rows whose claimant stopped heartbeating. Idempotent jobs go
+-- back to pending (or failed when their attempts are used up); non-idempotent jobs
+-- become interrupted and never start again by themselves. SKIP LOCKED makes
+-- concurrent reapers (workers, operators, clusters) split the work safely.
+WITH stale AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'processing' AND claim_expires_at < now()
+    ORDER BY claim_expires_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET status = (CASE
+        WHEN j.cancel_requested THEN 'cancelled'
+        WHEN NOT j.idempotent THEN 'interrupted'
+        WHEN j.attempts > j.max_retries THEN 'failed'
+        ELSE 'pending' END)::{schema}.job_status,
+    finished_at = CASE
+        WHEN j.cancel_requested OR NOT j.idempotent OR j.attempts > j.max_retries THEN now()
+        ELSE NULL END,
+    run_at = now(),
+    last_error = 'reaped: no heartbeat from ' || coalesce(j.claimed_by, 'unknown host')
+                 || ' since ' || coalesce(j.heartbeat_at, j.claimed_at)::text,
+    claim_expires_at = NULL, updated_at = now()
+FROM stale WHERE j.id = stale.id
+RETURNING j.id, j.queue, j.job_class, j.status::text, j.claimed_by;
+
+-- name: job_get
+SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
+       timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
+       cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
+       created_at, updated_at, finished_at
+FROM {schema}.jobs WHERE id = %(id)s;
+
+-- name: job_list
+SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
+       timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
+       cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
+       created_at, updated_at, finished_at
+FROM {schema}.jobs
+WHERE (%(status)s::text IS NULL OR status::text = %(status)s)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+  AND (%(job_class)s::text IS NULL OR job_class = %(job_class)s)
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_cancel
+-- Pending jobs are cancelled at once; a processing job is asked to stop: its next
+-- heartbeat() raises JobCancelled, and a failure or reap ends it as cancelled.
+UPDATE {schema}.jobs
+SET status = (CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END)::{schema}.job_status,
+    cancel_requested = (status = 'processing'),
+    finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
+    updated_at = now()
+WHERE id = %(id)s AND status IN ('pending', 'processing')
+RETURNING status::text;
+
+-- name: job_retry
+-- A manual retry of a finished job: pending now, with one more attempt allowed.
+UPDATE {schema}.jobs
+SET status = 'pending', run_at = now(), max_retries = greatest(max_retries, attempts),
+    cancel_requested = false, finished_at = NULL, updated_at = now()
+WHERE id = %(id)s AND status IN ('failed', 'interrupted', 'cancelled')
+RETURNING id;
+
+-- name: job_purge
+-- Delete finished rows in bounded batches (the caller loops) so a large purge never
+-- holds a long transaction.
+DELETE FROM {schema}.jobs
+WHERE id IN (
+    SELECT id FROM {schema}.jobs
+    WHERE status::text = ANY(%(statuses)s::text[])
+      AND finished_at < now() - make_interval(secs => %(older_than)s)
+    LIMIT %(batch)s
+);
+
+-- name: job_stats
+SELECT queue, status::text, count(*) FROM {schema}.jobs GROUP BY queue, status ORDER BY queue, status;
+
+-- name: db_now
+SELECT now();

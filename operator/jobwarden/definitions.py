@@ -1,0 +1,226 @@
+"""How users define jobs: ``class MyJob(jobwarden.Job)`` or ``@jobwarden.job``.
+
+A job is named by its import path, ``"package.module:Name"``, and that path is
+what the database stores. Workers resolve it by importing the module, so a job
+is whatever the worker's code says it is at run time; the class attributes
+(queue, priority, timeout, retries, idempotency) are copied into the row at
+enqueue time, because the reaper and other processes must honour them without
+importing user code.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+import random
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
+
+from jobwarden import errors
+
+if TYPE_CHECKING:
+    from jobwarden.worker.context import AttemptContext
+
+OnBusy = Literal["defer", "skip", "fail"]
+
+
+class Job:
+    """Base class of every job.
+
+    Subclasses set the class attributes and implement ``perform(self, data)``,
+    either ``def`` or ``async def``. A fresh instance runs each attempt.
+    """
+
+    queue: ClassVar[str] = "default"
+    priority: ClassVar[int] = 0
+    #: Hard cap on one attempt, in seconds. The attempt really stops (see docs/jobs.md).
+    timeout: ClassVar[float] = 300.0
+    #: Retries after the first attempt; ``max_retries = 3`` allows 4 attempts.
+    max_retries: ClassVar[int] = 3
+    #: False: if the worker dies mid-run, the job becomes ``interrupted``, never re-run.
+    idempotent: ClassVar[bool] = True
+    #: One run of this class at a time, cluster-wide (lease ``job:<class path>``).
+    exclusive: ClassVar[bool] = False
+    #: A static concurrency key (lease ``key:<key>``); implies exclusive.
+    concurrency_key: ClassVar[str | None] = None
+    #: What a busy lease does to this run: defer (default), skip or fail.
+    on_busy: ClassVar[OnBusy] = "defer"
+    #: Base and cap of the exponential retry backoff, in seconds.
+    backoff_base: ClassVar[float] = 2.0
+    backoff_max: ClassVar[float] = 3600.0
+
+    # Set by the worker for each attempt.
+    job_id: int
+    attempt: int
+    _context: AttemptContext | None = None
+
+    def perform(self, data: Any) -> Any:
+        raise NotImplementedError(f"{type(self).__name__}.perform() is not implemented")
+
+    # -- lifecycle hooks (best-effort; see docs/jobs.md) ----------------------------
+
+    def before_perform(self, data: Any) -> None:
+        """Runs inside the attempt's time limit, before perform; a raise fails the attempt."""
+
+    def after_perform(self, data: Any, result: Any) -> None:
+        """Runs inside the time limit after perform returned; a raise fails the attempt."""
+
+    def on_success(self, result: Any) -> None:
+        """Runs after the completion was recorded; errors are logged, never change it."""
+
+    def on_failure(self, error: BaseException | str, *, is_final: bool) -> None:
+        """Runs after a failure was recorded; errors are logged, never change it."""
+
+    # -- helpers available inside perform -------------------------------------------
+
+    def heartbeat(self) -> None:
+        """Record liveness for this claim; raise JobFenced / JobCancelled when it should stop.
+
+        A cheap "do I still own this job?" check between units of work. It does
+        not extend the hard timeout.
+        """
+        if self._context is not None:
+            self._context.heartbeat()
+
+    def concurrency_key_for(self, data: Any) -> str | None:
+        """Override to derive a concurrency key from the data (wins over the static key)."""
+        return None
+
+    @classmethod
+    def backoff(cls, attempt: int) -> float:
+        """Seconds before retry ``attempt + 1``: exponential with full jitter in [50%, 100%]."""
+        ceiling = min(cls.backoff_max, cls.backoff_base * (2 ** max(attempt - 1, 0)))
+        return ceiling * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not crypto
+
+    @classmethod
+    def path(cls) -> str:
+        return class_path(cls)
+
+
+def class_path(obj: Any) -> str:
+    return f"{obj.__module__}:{obj.__qualname__}"
+
+
+class FunctionJob(Job):
+    """The job class a ``@jobwarden.job`` function becomes.
+
+    Data is passed as keyword arguments when it is an object, as positional
+    arguments when it is a list, and as nothing when it is null. Anything else is
+    bad data: retrying cannot fix it, so the attempt fails without retries.
+    """
+
+    function: ClassVar[Callable[..., Any]]
+
+    def perform(self, data: Any) -> Any:
+        return call_with_data(type(self).function, data)
+
+
+def call_with_data(function: Callable[..., Any], data: Any) -> Any:
+    if data is None:
+        return function()
+    if isinstance(data, dict):
+        return function(**data)
+    if isinstance(data, list):
+        return function(*data)
+    raise errors.BadJobData(
+        f"a function job takes an object (keyword arguments), a list or null as data, "
+        f"not {type(data).__name__}"
+    )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class JobFunction:
+    """What ``@jobwarden.job`` returns: still callable, and enqueueable by reference."""
+
+    def __init__(self, function: Callable[..., Any], job_class: type[FunctionJob]) -> None:
+        functools.update_wrapper(self, function)
+        self.function = function
+        self.job_class = job_class
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.function(*args, **kwargs)
+
+    def path(self) -> str:
+        return class_path(self.function)
+
+
+@overload
+def job(function: Callable[..., Any], /) -> JobFunction: ...
+@overload
+def job(
+    *, queue: str = ..., priority: int = ..., timeout: float = ..., max_retries: int = ...,
+    idempotent: bool = ..., exclusive: bool = ..., concurrency_key: str | None = ...,
+    on_busy: OnBusy = ...,
+) -> Callable[[Callable[..., Any]], JobFunction]: ...
+
+
+def job(
+    function: Callable[..., Any] | None = None, /, **options: Any
+) -> JobFunction | Callable[[Callable[..., Any]], JobFunction]:
+    """Turn a plain (sync or async) function into a job named by its import path."""
+    allowed = {"queue", "priority", "timeout", "max_retries", "idempotent", "exclusive",
+               "concurrency_key", "on_busy"}
+    unknown = set(options) - allowed
+    if unknown:
+        raise TypeError(f"unknown job option(s): {', '.join(sorted(unknown))}")
+
+    def decorate(fn: Callable[..., Any]) -> JobFunction:
+        attrs: dict[str, Any] = dict(options)
+        attrs["function"] = staticmethod(fn)
+        attrs["__module__"] = fn.__module__
+        attrs["__qualname__"] = fn.__qualname__
+        attrs["__doc__"] = fn.__doc__
+        if inspect.iscoroutinefunction(fn):
+            async def perform(self: FunctionJob, data: Any) -> Any:
+                return await call_with_data(type(self).function, data)
+
+            attrs["perform"] = perform
+        job_class = type(fn.__name__, (FunctionJob,), attrs)
+        return JobFunction(fn, job_class)
+
+    if function is not None:
+        return decorate(function)
+    return decorate
+
+
+def resolve_path_syntax(path: str) -> tuple[str, str]:
+    """Split ``"package.module:Name"``; UnknownJob when it does not look like one."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr or " " in path:
+        raise errors.UnknownJob(f"job path {path!r} must look like 'package.module:Name'")
+    return module_name, attr
+
+
+def resolve(path: str) -> type[Job]:
+    """Import ``"package.module:Name"`` and return its job class.
+
+    Raises UnknownJob with the reason (bad path, import error, not a job).
+    """
+    module_name, attr = resolve_path_syntax(path)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - any import failure means "unknown here"
+        raise errors.UnknownJob(f"cannot import module {module_name!r} for job {path!r}: "
+                                f"{type(exc).__name__}: {exc}") from exc
+    target: Any = module
+    for part in attr.split("."):
+        target = getattr(target, part, None)
+        if target is None:
+            raise errors.UnknownJob(f"module {module_name!r} has no {attr!r} (job {path!r})")
+    if isinstance(target, JobFunction):
+        return target.job_class
+    if isinstance(target, type) and issubclass(target, Job):
+        return target
+    raise errors.UnknownJob(f"{path!r} is neither a jobwarden.Job subclass nor a @job function")
+
+
+def is_async(job_class: type[Job]) -> bool:
+    return inspect.iscoroutinefunction(job_class.perform)
+
+
+def overrides(job_class: type[Job], hook: str) -> bool:
+    """True when the class defines its own ``hook`` (so the worker can skip no-op calls)."""
+    return getattr(job_class, hook) is not getattr(Job, hook)

@@ -1,0 +1,60 @@
+"""Exceptions that callers of Jobwarden may catch.
+
+Every error a user can cause (bad DSN, bad JSON, unknown job, missing schema)
+has its own class here, so the command line can map each to a documented exit
+code and a clear message, and library users can catch exactly what they mean.
+"""
+
+from __future__ import annotations
+
+
+class JobwardenError(Exception):
+    """Base class of every error Jobwarden raises on purpose."""
+
+
+class ConfigurationError(JobwardenError):
+    """A setting is missing or invalid (no DSN, a malformed option)."""
+
+
+class DatabaseUnavailable(JobwardenError):
+    """The database cannot be reached (bad DSN, server down, connection lost)."""
+
+
+class SchemaMissing(JobwardenError):
+    """The Jobwarden tables are not there: run ``jobwarden migrate``."""
+
+
+class UnknownJob(JobwardenError):
+    """A job class path does not resolve to an importable job."""
+
+
+class InvalidPayload(JobwardenError, ValueError):
+    """Job data (or a result) that cannot be stored as JSON."""
+
+
+class JobNotFound(JobwardenError):
+    """No job with that id."""
+
+
+class JobFenced(JobwardenError):
+    """This attempt no longer owns its claim (it was reaped and possibly re-run).
+
+    Raised by ``Job.heartbeat()``: the cheap "do I still own this job?" check
+    between units of work. Nothing the attempt writes through Jobwarden is
+    recorded after this point.
+    """
+
+
+class JobCancelled(JobwardenError):
+    """The job was asked to stop (``cancel``, or a ``Replace`` schedule overlap)."""
+
+
+class JobTimeout(JobwardenError):
+    """The attempt ran past its hard timeout."""
+
+
+class BadJobData(JobwardenError):
+    """The stored data does not fit the job (e.g. a function called with a non-object).
+
+    Retrying cannot fix the data, so the attempt fails without retries.
+    """

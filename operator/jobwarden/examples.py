@@ -1,0 +1,62 @@
+"""Example jobs that ``jobwarden dev`` runs: fast, flaky, failing, slow and async."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from typing import Any
+
+import jobwarden
+
+
+class Greet(jobwarden.Job):
+    """A fast job that returns a result."""
+
+    queue = "default"
+
+    def perform(self, data: Any) -> dict[str, str]:
+        return {"greeting": f"hello, {data.get('name', 'world')}"}
+
+
+class Flaky(jobwarden.Job):
+    """Fails about a third of its attempts; retries with a short backoff."""
+
+    max_retries = 5
+    backoff_base = 0.5
+
+    def perform(self, data: Any) -> str:
+        if random.random() < 0.33:  # noqa: S311 - a demo, not crypto
+            raise RuntimeError("flaky dependency timed out (on purpose)")
+        return "ok"
+
+
+class AlwaysFails(jobwarden.Job):
+    """Exhausts its retries and ends as failed."""
+
+    max_retries = 2
+    backoff_base = 0.5
+
+    def perform(self, data: Any) -> None:
+        raise ValueError(f"cannot process order {data.get('order')}: invalid (on purpose)")
+
+
+class Report(jobwarden.Job):
+    """A slow job that heartbeats between units of work."""
+
+    queue = "reports"
+    timeout = 60
+
+    def perform(self, data: Any) -> int:
+        steps = int(data.get("steps", 10))
+        for _ in range(steps):
+            time.sleep(0.3)
+            self.heartbeat()
+        return steps
+
+
+@jobwarden.job(queue="default")
+async def ping(host: str = "localhost") -> str:
+    """An async function job."""
+    await asyncio.sleep(0.05)
+    return f"pong from {host}"

@@ -1,0 +1,208 @@
+"""Every Prometheus metric Jobwarden exports, in one place.
+
+Why one module: dashboards and alert rules are tested against these names, and
+a metric defined next to the code that bumps it tends to drift (a renamed label,
+a second spelling). Labels are kept low-cardinality on purpose: ``queue``,
+``job_class``, ``reason``, ``kind``, ``schedule``, ``pool`` -- never a job id,
+a host-unique value in a counter, a DSN or a payload.
+
+Worker processes (``jobwarden worker``) export:
+
+================================================  =========  ==============================
+name                                              type       labels
+================================================  =========  ==============================
+jobwarden_jobs_enqueued_total                     counter    queue, job_class
+jobwarden_jobs_completed_total                    counter    queue, job_class
+jobwarden_jobs_failed_total                       counter    queue, job_class, reason
+jobwarden_jobs_retried_total                      counter    queue, job_class, reason
+jobwarden_jobs_skipped_total                      counter    queue, job_class, reason
+jobwarden_jobs_deferred_total                     counter    queue, job_class
+jobwarden_jobs_interrupted_total                  counter    queue, job_class
+jobwarden_jobs_cancelled_total                    counter    queue, job_class
+jobwarden_jobs_fenced_total                       counter    queue, job_class, operation
+jobwarden_jobs_reaped_total                       counter    queue, job_class, outcome
+jobwarden_lease_lost_total                        counter    kind
+jobwarden_lease_busy_total                        counter    kind
+jobwarden_leases_held                             gauge      kind
+jobwarden_job_duration_seconds                    histogram  queue, job_class
+jobwarden_job_queue_wait_seconds                  histogram  queue
+jobwarden_jobs_running                            gauge      queue
+jobwarden_worker_slots                            gauge      (none)
+jobwarden_host_draining                           gauge      pool
+jobwarden_drain_duration_seconds                  histogram  pool
+jobwarden_db_up                                   gauge      (none)
+jobwarden_schedule_slots_enqueued_total           counter    schedule
+jobwarden_schedule_slots_missed_total             counter    schedule
+jobwarden_schedule_slots_skipped_total            counter    schedule
+jobwarden_schedule_runs_total                     counter    result
+================================================  =========  ==============================
+
+The database-wide gauges are exported once per database by the operator (or by
+one designated ``jobwarden exporter``), never by every worker, so a sum over
+pods never multiplies them:
+
+================================================  =========  ==============================
+jobwarden_queue_depth                             gauge      queue, status
+jobwarden_queue_oldest_pending_seconds            gauge      queue
+jobwarden_schedule_seconds_since_success          gauge      schedule
+jobwarden_schedule_lag_seconds                    gauge      schedule
+jobwarden_hosts                                   gauge      pool, state
+================================================  =========  ==============================
+
+The operator also exports ``jobwarden_operator_reconciles_total{kind, result}``,
+``jobwarden_operator_errors_total{kind}``, ``jobwarden_rollout_duration_seconds{pool}``
+and ``jobwarden_rollout_reaped_jobs_total{pool}``.
+
+``reason`` values: ``error``, ``timeout``, ``unknown_job``, ``bad_data``,
+``exhausted`` (failed/retried); ``lease_busy``, ``on_busy_skip``, ``overlap``
+(skipped). ``operation``: ``complete``, ``fail``, ``retry``, ``heartbeat``,
+``defer``. ``outcome`` of a reap: ``retried``, ``interrupted``, ``failed``.
+``kind`` of a lease: ``job``, ``key``, ``schedule``, ``lock``.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+#: The registry every Jobwarden metric lives in. Separate from the default
+#: registry so an application embedding the worker keeps its own metrics apart,
+#: and so tests can read values without global state from other libraries.
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+_JOB = ("queue", "job_class")
+
+JOBS_ENQUEUED = Counter(
+    "jobwarden_jobs_enqueued", "Jobs inserted (duplicates by unique key excluded).", _JOB,
+    registry=REGISTRY,
+)
+JOBS_COMPLETED = Counter(
+    "jobwarden_jobs_completed", "Attempts recorded as completed.", _JOB, registry=REGISTRY
+)
+JOBS_FAILED = Counter(
+    "jobwarden_jobs_failed", "Jobs that ended in the failed state (no retries left).",
+    (*_JOB, "reason"), registry=REGISTRY,
+)
+JOBS_RETRIED = Counter(
+    "jobwarden_jobs_retried", "Failed attempts scheduled for another try.", (*_JOB, "reason"),
+    registry=REGISTRY,
+)
+JOBS_SKIPPED = Counter(
+    "jobwarden_jobs_skipped", "Claimed jobs that did not run (busy lease, skip policy).",
+    (*_JOB, "reason"), registry=REGISTRY,
+)
+JOBS_DEFERRED = Counter(
+    "jobwarden_jobs_deferred", "Jobs put back to pending because their lease was busy.", _JOB,
+    registry=REGISTRY,
+)
+JOBS_INTERRUPTED = Counter(
+    "jobwarden_jobs_interrupted", "Non-idempotent jobs whose worker died mid-run.", _JOB,
+    registry=REGISTRY,
+)
+JOBS_CANCELLED = Counter(
+    "jobwarden_jobs_cancelled", "Jobs cancelled before or while running.", _JOB, registry=REGISTRY
+)
+JOBS_FENCED = Counter(
+    "jobwarden_jobs_fenced", "Writes refused because the claim token no longer matched.",
+    (*_JOB, "operation"), registry=REGISTRY,
+)
+JOBS_REAPED = Counter(
+    "jobwarden_jobs_reaped", "Processing jobs reclaimed after their heartbeats stopped.",
+    (*_JOB, "outcome"), registry=REGISTRY,
+)
+LEASE_LOST = Counter(
+    "jobwarden_lease_lost", "Leases taken over by another owner before their holder finished.",
+    ("kind",), registry=REGISTRY,
+)
+LEASE_BUSY = Counter(
+    "jobwarden_lease_busy", "Lease acquisitions refused because another owner held it.",
+    ("kind",), registry=REGISTRY,
+)
+LEASES_HELD = Gauge(
+    "jobwarden_leases_held", "Leases currently held by this process.", ("kind",),
+    registry=REGISTRY,
+)
+JOB_DURATION = Histogram(
+    "jobwarden_job_duration_seconds", "Wall time of one attempt's perform().", _JOB,
+    buckets=(0.001, 0.005, 0.025, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+    registry=REGISTRY,
+)
+JOB_QUEUE_WAIT = Histogram(
+    "jobwarden_job_queue_wait_seconds", "Time from run_at to claim (database clock).",
+    ("queue",),
+    buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 15, 60, 300, 1800),
+    registry=REGISTRY,
+)
+JOBS_RUNNING = Gauge(
+    "jobwarden_jobs_running", "Attempts running in this worker process.", ("queue",),
+    registry=REGISTRY,
+)
+WORKER_SLOTS = Gauge(
+    "jobwarden_worker_slots", "Concurrency slots of this worker process.", registry=REGISTRY
+)
+HOST_DRAINING = Gauge(
+    "jobwarden_host_draining", "1 while this worker's host is draining.", ("pool",),
+    registry=REGISTRY,
+)
+DRAIN_DURATION = Histogram(
+    "jobwarden_drain_duration_seconds", "From drain start until the host was idle.", ("pool",),
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
+    registry=REGISTRY,
+)
+DB_UP = Gauge(
+    "jobwarden_db_up", "1 while the process can reach the database.", registry=REGISTRY
+)
+SCHEDULE_SLOTS_ENQUEUED = Counter(
+    "jobwarden_schedule_slots_enqueued", "Schedule slots turned into a job.", ("schedule",),
+    registry=REGISTRY,
+)
+SCHEDULE_SLOTS_MISSED = Counter(
+    "jobwarden_schedule_slots_missed", "Slots not run because of the catch-up rule.",
+    ("schedule",), registry=REGISTRY,
+)
+SCHEDULE_SLOTS_SKIPPED = Counter(
+    "jobwarden_schedule_slots_skipped", "Slots not run because of the overlap policy.",
+    ("schedule",), registry=REGISTRY,
+)
+SCHEDULE_RUNS = Counter(
+    "jobwarden_schedule_runs", "Schedule runner passes, by result (ok, error).", ("result",),
+    registry=REGISTRY,
+)
+
+# Database-wide gauges: set only by the operator / exporter loop.
+QUEUE_DEPTH = Gauge(
+    "jobwarden_queue_depth", "Jobs per queue and status.", ("queue", "status"),
+    registry=REGISTRY,
+)
+QUEUE_OLDEST_PENDING = Gauge(
+    "jobwarden_queue_oldest_pending_seconds", "Age of the oldest due pending job.", ("queue",),
+    registry=REGISTRY,
+)
+SCHEDULE_SINCE_SUCCESS = Gauge(
+    "jobwarden_schedule_seconds_since_success",
+    "Seconds since a job of this schedule last completed.", ("schedule",), registry=REGISTRY,
+)
+SCHEDULE_LAG = Gauge(
+    "jobwarden_schedule_lag_seconds", "How far the next due slot is behind now (0 if on time).",
+    ("schedule",), registry=REGISTRY,
+)
+HOSTS = Gauge(
+    "jobwarden_hosts", "Registered hosts by pool and state (active, draining).",
+    ("pool", "state"), registry=REGISTRY,
+)
+OPERATOR_RECONCILES = Counter(
+    "jobwarden_operator_reconciles", "Reconciliations by resource kind and result.",
+    ("kind", "result"), registry=REGISTRY,
+)
+OPERATOR_ERRORS = Counter(
+    "jobwarden_operator_errors", "Reconciliation errors by resource kind.", ("kind",),
+    registry=REGISTRY,
+)
+ROLLOUT_DURATION = Histogram(
+    "jobwarden_rollout_duration_seconds", "Duration of a WorkerPool rollout.", ("pool",),
+    buckets=(5, 15, 30, 60, 120, 300, 600, 1800, 3600),
+    registry=REGISTRY,
+)
+ROLLOUT_REAPED = Counter(
+    "jobwarden_rollout_reaped_jobs", "Jobs left to the reaper when a drain timed out.",
+    ("pool",), registry=REGISTRY,
+)

@@ -1,0 +1,1 @@
+"""Plain data shared between the layers: no I/O, no psycopg, no kopf."""

@@ -1,0 +1,147 @@
+"""Rows and requests of the jobs table, as frozen dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import uuid
+from typing import Any
+
+from jobwarden.structs.states import JobStatus
+
+JsonValue = Any
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """Everything needed to insert one job row."""
+
+    job_class: str
+    data: JsonValue = None
+    queue: str = "default"
+    priority: int = 0
+    run_at: datetime.datetime | None = None
+    delay_seconds: float = 0.0
+    max_retries: int = 3
+    timeout_seconds: float = 300.0
+    idempotent: bool = True
+    unique_key: str | None = None
+    lease_name: str | None = None
+    schedule_name: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class EnqueueResult:
+    id: int
+    duplicate: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClaimedJob:
+    """One claimed attempt: what the worker needs to run it and to fence its writes."""
+
+    id: int
+    queue: str
+    job_class: str
+    data: JsonValue
+    priority: int
+    attempt: int
+    max_retries: int
+    timeout_seconds: float
+    idempotent: bool
+    claim_token: uuid.UUID
+    lease_name: str | None
+    schedule_name: str | None
+    queue_wait_seconds: float
+
+    @property
+    def is_last_attempt(self) -> bool:
+        return self.attempt > self.max_retries
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Completion:
+    """A successful attempt waiting to be written (batched)."""
+
+    id: int
+    claim_token: uuid.UUID
+    result: JsonValue
+    lease_lost: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Failure:
+    """A failed attempt: retried after ``retry_in_seconds`` unless final."""
+
+    id: int
+    claim_token: uuid.UUID
+    error: str
+    retryable: bool
+    retry_in_seconds: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HeartbeatAck:
+    """The claims a heartbeat still owns, and which of them were asked to cancel."""
+
+    alive: frozenset[int]
+    cancel_requested: frozenset[int]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReapedJob:
+    id: int
+    queue: str
+    job_class: str
+    status: JobStatus
+    claimed_by: str | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobRecord:
+    """A job as ``client.job(id)`` and ``jobwarden jobs show`` present it."""
+
+    id: int
+    queue: str
+    job_class: str
+    data: JsonValue
+    priority: int
+    status: JobStatus
+    run_at: datetime.datetime
+    attempts: int
+    max_retries: int
+    timeout_seconds: float
+    idempotent: bool
+    unique_key: str | None
+    lease_name: str | None
+    claimed_by: str | None
+    claimed_at: datetime.datetime | None
+    heartbeat_at: datetime.datetime | None
+    cancel_requested: bool
+    deferrals: int
+    lease_lost: bool
+    lease_token: int | None
+    result: JsonValue
+    last_error: str | None
+    schedule_name: str | None
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+    finished_at: datetime.datetime | None
+
+    def as_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, datetime.datetime):
+                value = value.isoformat()
+            elif isinstance(value, JobStatus):
+                value = value.value
+            out[field.name] = value
+        return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class QueueStat:
+    queue: str
+    status: JobStatus
+    count: int

@@ -1,0 +1,1 @@
+"""The worker process: claims jobs, runs them, heartbeats, records fenced outcomes."""

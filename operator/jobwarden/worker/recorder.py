@@ -1,0 +1,151 @@
+"""Writes attempt outcomes to the database, batched and fenced.
+
+Why a separate thread: a slot should start its next job as soon as the last one
+returns, not wait a round trip for the write. Completions that pile up while a
+write is in flight go out together in one fenced UPDATE, which is what lets a
+single worker run thousands of short jobs per second. Nothing is dropped when
+the database is away: outcomes stay queued and the write is retried; if the
+claim was reaped meanwhile, the write is fenced, logged and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from jobwarden import errors, metrics
+from jobwarden.db.database import Database
+from jobwarden.structs.jobs import Completion, Failure
+from jobwarden.structs.states import JobStatus
+from jobwarden.worker.context import Attempt, Cancelled, Failed, Outcome, Released, Succeeded
+
+logger = logging.getLogger("jobwarden.worker")
+
+Recorded = Callable[[Attempt, Outcome, "JobStatus | None"], None]
+
+
+class Recorder:
+    def __init__(self, db: Database, *, on_recorded: Recorded,
+                 backoff: Callable[[Attempt], float], result_max_bytes: int,
+                 db_state: Callable[[bool], None]) -> None:
+        self._db = db
+        self._on_recorded = on_recorded
+        self._backoff = backoff
+        self._result_max_bytes = result_max_bytes
+        self._db_state = db_state
+        self._queue: queue.SimpleQueue[Attempt | None] = queue.SimpleQueue()
+        self._unwritten = 0
+        self._lock = threading.Condition()
+
+    def submit(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._unwritten += 1
+        self._queue.put(attempt)
+
+    def stop(self) -> None:
+        self._queue.put(None)
+
+    def idle(self, timeout: float) -> bool:
+        """Wait until every submitted outcome was written (or fenced)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            while self._unwritten:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._lock.wait(left)
+        return True
+
+    def run(self) -> None:
+        stopping = False
+        backlog: list[Attempt] = []
+        while not (stopping and not backlog):
+            if not backlog:
+                item = self._queue.get()
+                if item is None:
+                    stopping = True
+                    continue
+                backlog.append(item)
+            while len(backlog) < 1000:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                backlog.append(item)
+            try:
+                self._write(backlog)
+                self._db_state(True)
+                done = len(backlog)
+                backlog = []
+                with self._lock:
+                    self._unwritten -= done
+                    self._lock.notify_all()
+            except errors.DatabaseUnavailable as exc:
+                self._db_state(False)
+                logger.warning("cannot record %d outcome(s) yet, retrying: %s", len(backlog), exc)
+                time.sleep(0.5)
+
+    def _write(self, batch: list[Attempt]) -> None:
+        completions = [a for a in batch if isinstance(a.outcome, Succeeded)]
+        if completions:
+            written = self._db.jobs.complete_many([
+                Completion(
+                    id=a.claim.id, claim_token=a.claim.claim_token,
+                    result=cap_result(a.outcome.result, self._result_max_bytes)
+                    if isinstance(a.outcome, Succeeded) else None,
+                    lease_lost=a.outcome.lease_lost if isinstance(a.outcome, Succeeded)
+                    else False,
+                )
+                for a in completions
+            ])
+            for a in completions:
+                assert a.outcome is not None
+                status = JobStatus.COMPLETED if a.claim.id in written else None
+                self._on_recorded(a, a.outcome, status)
+        for a in batch:
+            outcome = a.outcome
+            if isinstance(outcome, Succeeded) or outcome is None:
+                continue
+            status: JobStatus | None
+            if isinstance(outcome, Failed):
+                status = self._db.jobs.fail(Failure(
+                    id=a.claim.id, claim_token=a.claim.claim_token, error=outcome.error,
+                    retryable=outcome.retryable, retry_in_seconds=self._backoff(a),
+                ))
+            elif isinstance(outcome, Cancelled):
+                ok = self._db.jobs.mark_cancelled(job_id=a.claim.id,
+                                                  claim_token=a.claim.claim_token,
+                                                  error=outcome.error)
+                status = JobStatus.CANCELLED if ok else None
+            else:
+                assert isinstance(outcome, Released)
+                ok = self._db.jobs.release(job_id=a.claim.id, claim_token=a.claim.claim_token,
+                                           delay_seconds=outcome.delay_seconds,
+                                           deferral=outcome.deferral)
+                status = JobStatus.PENDING if ok else None
+            self._on_recorded(a, outcome, status)
+
+
+def cap_result(result: Any, max_bytes: int) -> Any:
+    """Store results up to ``max_bytes`` of JSON; bigger ones become a marked preview."""
+    import json
+
+    if result is None:
+        return None
+    try:
+        text = json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError):
+        text = json.dumps(result, default=repr, allow_nan=True)
+        result = json.loads(text.replace("NaN", "null").replace("Infinity", "null"))
+    encoded = text.encode()
+    if len(encoded) <= max_bytes:
+        return result
+    preview = encoded[:max_bytes].decode("utf-8", errors="ignore")
+    return {"jobwarden_truncated": True, "original_bytes": len(encoded), "preview": preview}

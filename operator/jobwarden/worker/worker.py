@@ -1,0 +1,555 @@
+"""The worker: claim, run, heartbeat, record -- each on its own named thread.
+
+Threads (all started and supervised in :meth:`Worker.start`):
+
+``fetch``      claims batches of due jobs for free slots; wakes on NOTIFY and polls.
+``slot-N``     runs one attempt at a time (``concurrency`` of them).
+``recorder``   writes outcomes, batched and fenced (see ``recorder.py``).
+``heartbeat``  heartbeats every claim this process holds and enforces deadlines.
+``maintain``   periodic tasks: the reaper, and tasks other modules register.
+``listen``     LISTEN for enqueue notifications (speed only; polling is the truth).
+
+A thread that dies unexpectedly stops the process loudly (exit code 70) rather
+than leaving a half-alive worker that claims jobs it will never finish.
+
+Shutdown (SIGTERM): stop claiming, give back claimed-but-unstarted jobs, let
+running attempts finish within ``shutdown_grace``, record their outcomes and
+exit. A second signal, or the end of the grace period, exits at once; whatever
+was still running is left to the reaper (its heartbeats stop), never lost.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import logging
+import queue
+import random
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from jobwarden import definitions, errors, metrics
+from jobwarden.db.database import Database
+from jobwarden.settings import WorkerSettings
+from jobwarden.structs.jobs import ClaimedJob
+from jobwarden.structs.states import JobStatus
+from jobwarden.worker import execution
+from jobwarden.worker.capacity import Capacity
+from jobwarden.worker.context import (
+    Attempt,
+    AttemptContext,
+    Cancelled,
+    Failed,
+    Outcome,
+    Released,
+    Succeeded,
+)
+from jobwarden.worker.http import HealthServer
+from jobwarden.worker.recorder import Recorder
+
+logger = logging.getLogger("jobwarden.worker")
+
+EXIT_OK = 0
+EXIT_CRASHED = 70
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class FailureEvent:
+    """What the app-wide failure hook receives (no job data: it may be sensitive)."""
+
+    job_id: int
+    job_class: str
+    queue: str
+    attempt: int
+    max_retries: int
+    is_final: bool
+    reason: str
+    error: str
+
+
+@dataclasses.dataclass
+class PeriodicTask:
+    """Work the maintenance thread runs every ``interval`` seconds (with jitter)."""
+
+    name: str
+    interval: float
+    run: Callable[[], object]
+    next_at: float = 0.0
+
+
+class Worker:
+    def __init__(self, db: Database, settings: WorkerSettings) -> None:
+        self.db = db
+        self.settings = settings
+        self.host = settings.host
+        for app in settings.apps:
+            importlib.import_module(app)
+        self._failure_hook = self._load_failure_hook(settings.failure_hook)
+        self.capacity = Capacity(settings.concurrency + settings.effective_prefetch)
+        self.running_slots = Capacity(settings.concurrency)
+        self._ready: queue.Queue[Attempt | None] = queue.Queue()
+        self._active: dict[int, Attempt] = {}
+        self._active_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._force = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._crash: str | None = None
+        self._db_ok = False
+        self._db_lock = threading.Lock()
+        self._shutdown_lock = threading.Lock()
+        self.runner: execution.Runner
+        if settings.isolation == "process":
+            from jobwarden.worker.processes import ProcessRunner
+
+            self.runner = ProcessRunner(apps=list(settings.apps), dsn=db.dsn, schema=db.schema,
+                                        heartbeat_grace=settings.heartbeat_grace)
+        else:
+            self.runner = execution.ThreadRunner()
+        self._hooks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobwarden-hooks")
+        self.recorder = Recorder(db, on_recorded=self._recorded, backoff=self._backoff,
+                                 result_max_bytes=settings.result_max_bytes,
+                                 db_state=self._set_db_state)
+        self.periodic: list[PeriodicTask] = [
+            PeriodicTask(name="reaper", interval=settings.reap_interval, run=self.reap),
+        ]
+        #: Called before each claim with the number of free slots; returns how many
+        #: may be claimed (the host registry uses it for drain and the per-host cap).
+        self.claim_gate: Callable[[int], int] = lambda free: free
+        #: Called in the slot thread before perform; may return an outcome instead of
+        #: running (a busy lease), and the callback to run after perform.
+        self.guards: list[Callable[[Attempt, type[definitions.Job]], Outcome | None]] = []
+        self.finalizers: list[Callable[[Attempt], None]] = []
+        #: Called in the heartbeat thread after each batch heartbeat of running claims.
+        self.heartbeat_extensions: list[Callable[[list[Attempt]], None]] = []
+        self.http: HealthServer | None = None
+        if settings.http_port is not None:
+            self.http = HealthServer(host=settings.http_host, port=settings.http_port,
+                                     ready=self.readiness, healthy=self.liveness)
+        metrics.WORKER_SLOTS.set(settings.concurrency)
+
+    # -- public --------------------------------------------------------------------
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def start(self) -> None:
+        self._spawn("fetch", self._fetch_loop)
+        for n in range(self.settings.concurrency):
+            self._spawn(f"slot-{n}", self._slot_loop)
+        self._spawn("recorder", self.recorder.run)
+        self._spawn("heartbeat", self._heartbeat_loop)
+        self._spawn("maintain", self._maintenance_loop)
+        self._spawn("listen", self._listen_loop, critical=False)
+        if self.http is not None:
+            self.http.start()
+        logger.info("worker %s started: queues=%s concurrency=%d isolation=%s",
+                    self.host, ",".join(self.settings.queues) or "*",
+                    self.settings.concurrency, self.settings.isolation)
+
+    def request_stop(self) -> None:
+        """Begin a graceful stop (idempotent); a second call forces it."""
+        if self._stopping.is_set():
+            self._force.set()
+        self._stopping.set()
+        self._wake.set()
+
+    def run(self) -> int:
+        """Run until SIGTERM/SIGINT (graceful, then forced on a second signal)."""
+
+        def on_signal(signum: int, _frame: Any) -> None:
+            logger.info("received %s: %s", signal.Signals(signum).name,
+                        "stopping now" if self.stopping else "draining")
+            self.request_stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self.start()
+        return self.wait()
+
+    def wait(self) -> int:
+        """Block until the worker stopped; returns the process exit code."""
+        while not self._stopping.wait(0.5):
+            self._supervise()
+        return self._shutdown()
+
+    def stop(self, timeout: float | None = None) -> int:
+        """Stop from another thread (tests, ``jobwarden dev``): graceful then forced."""
+        self.request_stop()
+        return self._shutdown(timeout)
+
+    def readiness(self) -> tuple[bool, str]:
+        if self._crash:
+            return False, "crashed"
+        if self.stopping:
+            return False, "stopping"
+        if not self._db_ok:
+            return False, "database unavailable"
+        return True, "ready"
+
+    def liveness(self) -> tuple[bool, str]:
+        return (False, f"crashed: {self._crash}") if self._crash else (True, "alive")
+
+    def active(self) -> list[Attempt]:
+        with self._active_lock:
+            return list(self._active.values())
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- threads -------------------------------------------------------------------
+
+    def _spawn(self, name: str, target: Callable[[], None], *, critical: bool = True) -> None:
+        def main() -> None:
+            try:
+                target()
+            except BaseException as exc:
+                if critical:
+                    self._crash = f"thread {name} died: {type(exc).__name__}: {exc}"
+                    logger.critical("%s\n%s", self._crash, traceback.format_exc())
+                    self._stopping.set()
+                    self._force.set()
+                else:
+                    logger.exception("thread %s died", name)
+
+        thread = threading.Thread(target=main, name=f"jobwarden-{name}", daemon=True)
+        self._threads.append(thread)
+        thread.start()
+
+    def _supervise(self) -> None:
+        if self._crash:
+            self._stopping.set()
+
+    def _set_db_state(self, ok: bool) -> None:
+        with self._db_lock:
+            if ok != self._db_ok:
+                logger.log(logging.INFO if ok else logging.WARNING,
+                           "database %s", "reachable" if ok else "unreachable")
+            self._db_ok = ok
+        metrics.DB_UP.set(1 if ok else 0)
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep unless stopping; True when the worker is stopping."""
+        return self._stopping.wait(seconds)
+
+    def _fetch_loop(self) -> None:
+        failures = 0
+        while not self.stopping:
+            free = self.capacity.free
+            if free <= 0:
+                self.capacity.wait_free(0.5)
+                continue
+            try:
+                limit = self.claim_gate(free)
+                claimed = self.db.jobs.claim(
+                    host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
+                    queues=self.settings.queues or None,
+                ) if limit > 0 else []
+                self._set_db_state(True)
+                failures = 0
+            except errors.DatabaseUnavailable as exc:
+                self._set_db_state(False)
+                failures += 1
+                logger.warning("claim failed: %s", exc)
+                self._sleep(min(0.25 * 2 ** min(failures, 5), 5.0))
+                continue
+            for claim in claimed:
+                self._accept(claim)
+            if claimed and len(claimed) >= limit:
+                continue  # probably more due: claim again as soon as slots free up
+            self._wake.clear()
+            self._wake.wait(self.settings.poll_interval)
+
+    def _accept(self, claim: ClaimedJob) -> None:
+        attempt = Attempt(claim)
+        self.capacity.take(1)
+        with self._active_lock:
+            self._active[claim.id] = attempt
+        metrics.JOB_QUEUE_WAIT.labels(claim.queue).observe(claim.queue_wait_seconds)
+        if self.stopping:
+            self._give_back(attempt)
+        else:
+            self._ready.put(attempt)
+
+    def _give_back(self, attempt: Attempt) -> None:
+        if attempt.settle(Released(delay_seconds=0.0, deferral=False, reason="shutdown")):
+            self.recorder.submit(attempt)
+        self.capacity.give(1)
+
+    def _slot_loop(self) -> None:
+        while True:
+            attempt = self._ready.get()
+            if attempt is None:
+                return
+            if self.stopping:
+                self._give_back(attempt)
+                continue
+            self.running_slots.take(1)
+            try:
+                self._execute(attempt)
+            finally:
+                self.running_slots.give(1)
+                self.capacity.give(1)
+
+    def _execute(self, attempt: Attempt) -> None:
+        claim = attempt.claim
+        if attempt.fenced:
+            return self._submit(attempt, Failed(error="claim lost before start", reason="error"))
+        try:
+            job_class = definitions.resolve(claim.job_class)
+        except errors.UnknownJob as exc:
+            return self._submit(attempt, execution.failure_from(exc, attempt))
+        for guard in self.guards:
+            early = guard(attempt, job_class)
+            if early is not None:
+                return self._submit(attempt, early)
+        attempt.start(thread_id=threading.get_ident())
+        running = metrics.JOBS_RUNNING.labels(claim.queue)
+        running.inc()
+        started = time.perf_counter()
+        try:
+            outcome = self.runner.run(attempt, job_class, AttemptContext(attempt, self._beat_one))
+        finally:
+            running.dec()
+            metrics.JOB_DURATION.labels(claim.queue, claim.job_class).observe(
+                time.perf_counter() - started
+            )
+            for finalizer in self.finalizers:
+                try:
+                    finalizer(attempt)
+                except Exception:
+                    logger.exception("finalizer failed for job %d", claim.id)
+        self._submit(attempt, outcome)
+
+    def _submit(self, attempt: Attempt, outcome: Outcome) -> None:
+        if attempt.settle(outcome):
+            self.recorder.submit(attempt)
+
+    def _beat_one(self, attempt: Attempt) -> tuple[bool, bool]:
+        ack = self.db.jobs.heartbeat_many([(attempt.claim.id, attempt.claim.claim_token)],
+                                          grace_seconds=self.settings.heartbeat_grace)
+        return attempt.claim.id in ack.alive, attempt.claim.id in ack.cancel_requested
+
+    def _heartbeat_loop(self) -> None:
+        next_beat = time.monotonic() + self.settings.heartbeat_interval
+        while not self._stopped.is_set():
+            now = time.monotonic()
+            for attempt in self.active():
+                if attempt.timed_out(now):
+                    self._submit(attempt, execution.failure_from(
+                        errors.JobTimeout("timeout"), attempt))
+                    self.runner.interrupt(attempt)
+            if now >= next_beat:
+                next_beat = now + self.settings.heartbeat_interval
+                self._heartbeat_all()
+            self._stopped.wait(0.1)
+
+    def _heartbeat_all(self) -> None:
+        attempts = self.active()
+        if not attempts:
+            return
+        try:
+            ack = self.db.jobs.heartbeat_many(
+                [(a.claim.id, a.claim.claim_token) for a in attempts],
+                grace_seconds=self.settings.heartbeat_grace,
+            )
+            self._set_db_state(True)
+        except errors.DatabaseUnavailable as exc:
+            self._set_db_state(False)
+            logger.warning("heartbeat failed: %s", exc)
+            return
+        with self._active_lock:
+            still_active = set(self._active)
+        for attempt in attempts:
+            if attempt.claim.id not in ack.alive and attempt.claim.id in still_active \
+                    and not attempt.fenced:
+                attempt.fenced = True
+                logger.warning("job %d attempt %d lost its claim (reaped elsewhere)",
+                               attempt.claim.id, attempt.claim.attempt)
+            if attempt.claim.id in ack.cancel_requested:
+                attempt.cancel_requested = True
+        alive = [a for a in attempts if a.claim.id in ack.alive]
+        for extension in self.heartbeat_extensions:
+            try:
+                extension(alive)
+            except Exception:
+                logger.exception("heartbeat extension failed")
+
+    def _maintenance_loop(self) -> None:
+        for task in self.periodic:
+            task.next_at = time.monotonic() + random.uniform(0, min(task.interval, 2.0))  # noqa: S311
+        while not self.stopping:
+            now = time.monotonic()
+            for task in list(self.periodic):
+                if task.interval > 0 and now >= task.next_at:
+                    task.next_at = now + task.interval * random.uniform(0.9, 1.1)  # noqa: S311
+                    try:
+                        task.run()
+                    except errors.DatabaseUnavailable as exc:
+                        self._set_db_state(False)
+                        logger.warning("%s: %s", task.name, exc)
+                    except Exception:
+                        logger.exception("periodic task %s failed", task.name)
+            self._sleep(0.2)
+
+    def _listen_loop(self) -> None:
+        listener = self.db.listener("jobs")
+        try:
+            while not self.stopping:
+                try:
+                    if listener.wait(1.0):
+                        self._wake.set()
+                except errors.DatabaseUnavailable:
+                    self._sleep(1.0)
+        finally:
+            listener.close()
+
+    # -- outcomes --------------------------------------------------------------------
+
+    def _backoff(self, attempt: Attempt) -> float:
+        try:
+            job_class = definitions.resolve(attempt.claim.job_class)
+        except errors.UnknownJob:
+            return definitions.Job.backoff(attempt.claim.attempt)
+        return job_class.backoff(attempt.claim.attempt)
+
+    def reap(self) -> int:
+        reaped = self.db.jobs.reap()
+        for job in reaped:
+            outcome = {JobStatus.PENDING: "retried", JobStatus.INTERRUPTED: "interrupted"}.get(
+                job.status, job.status.value)
+            metrics.JOBS_REAPED.labels(job.queue, job.job_class, outcome).inc()
+            if job.status is JobStatus.INTERRUPTED:
+                metrics.JOBS_INTERRUPTED.labels(job.queue, job.job_class).inc()
+            logger.warning("reaped job %d (%s) from %s -> %s", job.id, job.job_class,
+                           job.claimed_by, job.status.value)
+        return len(reaped)
+
+    def _recorded(self, attempt: Attempt, outcome: Outcome, status: JobStatus | None) -> None:
+        claim = attempt.claim
+        with self._active_lock:
+            self._active.pop(claim.id, None)
+        labels = (claim.queue, claim.job_class)
+        if status is None:
+            operation = {Succeeded: "complete", Failed: "fail", Cancelled: "fail",
+                         Released: "defer"}[type(outcome)]
+            metrics.JOBS_FENCED.labels(*labels, operation).inc()
+            logger.warning("fenced %s of job %d attempt %d: its claim was taken over",
+                           operation, claim.id, claim.attempt)
+            return
+        if isinstance(outcome, Succeeded):
+            metrics.JOBS_COMPLETED.labels(*labels).inc()
+            self._hook(claim, "on_success", outcome.result)
+        elif isinstance(outcome, Failed):
+            final = status is not JobStatus.PENDING
+            if status is JobStatus.PENDING:
+                metrics.JOBS_RETRIED.labels(*labels, outcome.reason).inc()
+            elif status is JobStatus.CANCELLED:
+                metrics.JOBS_CANCELLED.labels(*labels).inc()
+            else:
+                metrics.JOBS_FAILED.labels(*labels, outcome.reason).inc()
+            logger.warning("job %d (%s) attempt %d failed (%s)%s: %s", claim.id,
+                           claim.job_class, claim.attempt, outcome.reason,
+                           "" if not final else " for good",
+                           outcome.error.splitlines()[-1] if outcome.error else "")
+            self._hook(claim, "on_failure", outcome.exception or outcome.error, is_final=final)
+            if self._failure_hook is not None:
+                event = FailureEvent(job_id=claim.id, job_class=claim.job_class,
+                                     queue=claim.queue, attempt=claim.attempt,
+                                     max_retries=claim.max_retries, is_final=final,
+                                     reason=outcome.reason, error=outcome.error)
+                self._hooks.submit(self._call_failure_hook, event)
+        elif isinstance(outcome, Cancelled):
+            metrics.JOBS_CANCELLED.labels(*labels).inc()
+        elif isinstance(outcome, Released) and outcome.deferral:
+            metrics.JOBS_DEFERRED.labels(*labels).inc()
+            metrics.JOBS_SKIPPED.labels(*labels, outcome.reason).inc()
+
+    def _hook(self, claim: ClaimedJob, name: str, *args: Any, **kwargs: Any) -> None:
+        try:
+            job_class = definitions.resolve(claim.job_class)
+        except errors.UnknownJob:
+            return
+        if not definitions.overrides(job_class, name):
+            return
+
+        def call() -> None:
+            instance = job_class()
+            instance.job_id = claim.id
+            instance.attempt = claim.attempt
+            error = execution.call_hook(getattr(instance, name), *args, **kwargs)
+            if error is not None:
+                logger.warning("%s hook of job %d raised (ignored): %r", name, claim.id, error)
+
+        self._hooks.submit(call)
+
+    def _call_failure_hook(self, event: FailureEvent) -> None:
+        assert self._failure_hook is not None
+        error = execution.call_hook(self._failure_hook, event)
+        if error is not None:
+            logger.warning("failure hook raised (ignored): %r", error)
+
+    @staticmethod
+    def _load_failure_hook(path: str | None) -> Callable[[FailureEvent], object] | None:
+        if not path:
+            return None
+        module_name, _, attr = path.partition(":")
+        try:
+            hook = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise errors.ConfigurationError(f"cannot load failure hook {path!r}: {exc}") from exc
+        if not callable(hook):
+            raise errors.ConfigurationError(f"failure hook {path!r} is not callable")
+        return hook  # type: ignore[no-any-return]
+
+    # -- shutdown ------------------------------------------------------------------
+
+    def _shutdown(self, timeout: float | None = None) -> int:
+        with self._shutdown_lock:
+            if self._stopped.is_set():
+                return EXIT_CRASHED if self._crash else EXIT_OK
+            return self._shutdown_locked(timeout)
+
+    def _release_unstarted(self) -> None:
+        """Claimed but not started: back to pending at once, attempt refunded."""
+        while True:
+            try:
+                attempt = self._ready.get_nowait()
+            except queue.Empty:
+                return
+            if attempt is not None:
+                self._give_back(attempt)
+
+    def _shutdown_locked(self, timeout: float | None) -> int:
+        grace = self.settings.shutdown_grace if timeout is None else timeout
+        deadline = time.monotonic() + grace
+        self._wake.set()
+        for thread in self._threads:
+            if thread.name == "jobwarden-fetch":
+                thread.join(timeout=10)
+        self._release_unstarted()
+        for _ in range(self.settings.concurrency):
+            self._ready.put(None)
+        while not self._force.is_set():
+            if self.running_slots.wait_all_free(min(0.2, max(deadline - time.monotonic(), 0))):
+                break
+            if time.monotonic() >= deadline:
+                left = [a.claim.id for a in self.active() if a.running]
+                logger.warning("shutdown grace over: leaving job(s) %s to the reaper", left)
+                break
+        self.recorder.idle(timeout=5.0 if not self._force.is_set() else 1.0)
+        self.recorder.stop()
+        self._stopped.set()
+        if self.http is not None:
+            self.http.close()
+        self.runner.close()
+        self._hooks.shutdown(wait=False)
+        logger.info("worker %s stopped", self.host)
+        return EXIT_CRASHED if self._crash else EXIT_OK

@@ -1,0 +1,126 @@
+"""Fixtures shared by every test tier: real PostgreSQL, per-test databases, workers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from jobwarden.client import Client
+from jobwarden.db.database import Database
+from jobwarden.settings import WorkerSettings
+from jobwarden.worker.worker import Worker
+from tests.support import postgres, testjobs
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[str]:
+    dsn, embedded = postgres.server_dsn()
+    yield dsn
+    if embedded is not None:
+        embedded.close()
+
+
+@pytest.fixture(scope="session")
+def database_factory(pg_server: str, worker_id: str) -> Iterator[postgres.DatabaseFactory]:
+    factory = postgres.DatabaseFactory(pg_server, tag=worker_id.replace("gw", "w"))
+    with psycopg.connect(postgres.with_database(pg_server, factory.template),
+                         autocommit=True) as conn:
+        conn.execute(testjobs.AUDIT_DDL)
+    yield factory
+    factory.close()
+
+
+@pytest.fixture
+def dsn(database_factory: postgres.DatabaseFactory,
+        monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A fresh, migrated database for this test."""
+    created = database_factory.create()
+    monkeypatch.setenv("JOBWARDEN_TEST_AUDIT_DSN", created)
+    yield created
+    database_factory.drop(created)
+
+
+@pytest.fixture
+def db(dsn: str) -> Iterator[Database]:
+    database = Database(dsn, min_size=1, max_size=4)
+    yield database
+    database.close()
+
+
+@pytest.fixture
+def client(db: Database) -> Client:
+    return Client(database=db)
+
+
+def audit_rows(dsn: str, event: str | None = None) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        if event is None:
+            return conn.execute(
+                "SELECT job_id, attempt, pid, event, detail FROM public.audit ORDER BY id"
+            ).fetchall()
+        return conn.execute(
+            "SELECT job_id, attempt, pid, event, detail FROM public.audit WHERE event = %s "
+            "ORDER BY id", (event,)).fetchall()
+
+
+FAST = dict(poll_interval=0.05, heartbeat_interval=0.2, heartbeat_grace=1.5, reap_interval=0.2,
+            shutdown_grace=5.0)
+
+
+@pytest.fixture
+def start_worker(dsn: str) -> Iterator[Callable[..., Worker]]:
+    """Start in-process workers with fast test timings; all are stopped at teardown."""
+    started: list[tuple[Worker, Database]] = []
+
+    def start(**overrides: Any) -> Worker:
+        options: dict[str, Any] = {**FAST, "host": f"test-host-{len(started)}", **overrides}
+        database = Database(dsn, min_size=1, max_size=options.get("concurrency", 10) + 4)
+        worker = Worker(database, WorkerSettings(**options))
+        worker.start()
+        started.append((worker, database))
+        return worker
+
+    yield start
+    for worker, database in started:
+        worker.stop(timeout=5)
+        database.close()
+
+
+def worker_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "jobwarden", "worker", "--app", "tests.support.testjobs",
+            "--poll-interval", "0.05", "--heartbeat-interval", "0.2",
+            "--heartbeat-grace", "1.5", "--reap-interval", "0.2", *args]
+
+
+@pytest.fixture
+def spawn_worker(dsn: str) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start real `jobwarden worker` processes; any left are killed at teardown."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        full_env = {**os.environ, "JOBWARDEN_DSN": dsn, "JOBWARDEN_TEST_AUDIT_DSN": dsn,
+                    "PYTHONPATH": str(REPO), **(env or {})}
+        proc = subprocess.Popen(worker_command(*args), env=full_env, cwd=REPO,  # noqa: S603
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        procs.append(proc)
+        return proc
+
+    yield spawn
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.kill(proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            proc.kill()
+        proc.wait(timeout=10)

