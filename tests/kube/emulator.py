@@ -642,6 +642,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 return _json(self.server_version)
             if path in ("/healthz", "/livez", "/readyz"):
                 return kmock.Response(status=200, payload=b"ok")
+            if path == "/openapi/v3":
+                return _json(self._openapi_index())
+            if path.startswith("/openapi/v3/"):
+                return _json(self._openapi_group_version(path.removeprefix("/openapi/v3/")))
             if path == "/api":
                 return self._discovery_api(accept)
             if path == "/apis":
@@ -908,6 +912,38 @@ class KubeEmulator(kmock.KubernetesEmulator):
                         "metadata": {}, "items": [self._aggregated_group(g, vs) for g, vs in groups.items()]}
                 return _json(body, content_type=_AGGREGATED_TYPE.format(version=version))
         return None
+
+    def _openapi_index(self) -> dict[str, Any]:
+        # kubectl reads OpenAPI v3 for one thing only: whether PATCH accepts ?fieldValidation, to pick
+        # server-side validation. Without it, `kubectl apply` fails ("failed to download openapi").
+        paths = {}
+        for group, versions in self._groups().items():
+            for version in versions:
+                prefix = f"apis/{group}/{version}" if group else f"api/{version}"
+                paths[prefix] = {"serverRelativeURL": f"/openapi/v3/{prefix}?hash={self._revision}"}
+        return {"paths": paths}
+
+    def _openapi_group_version(self, prefix: str) -> dict[str, Any]:
+        parts = prefix.strip("/").split("/")
+        group, version = ("", parts[1]) if parts[0] == "api" else (parts[1], parts[2])
+        paths: dict[str, Any] = {}
+        for resource in self._resources:
+            if resource.group != group or resource.version != version:
+                continue
+            info = self._resources[resource]
+            scope = "/namespaces/{namespace}" if info.namespaced else ""
+            gvk = {"group": group, "version": version, "kind": info.kind}
+            operation = {
+                "x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "patch",
+                "parameters": [{"name": name, "in": "query", "schema": {"type": "string"}}
+                               for name in ("dryRun", "fieldManager", "fieldValidation", "force")],
+                "responses": {"200": {"description": "OK"}},
+            }
+            paths[f"/{prefix}{scope}/{resource.plural}/{{name}}"] = {"patch": operation}
+        if not paths:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": self.server_version["gitVersion"]},
+                "paths": paths, "components": {"schemas": {}}}
 
     def _discovery_api(self, accept: str) -> kmock.Response:
         aggregated = self._aggregated(accept, {"": self._groups()[""]})
