@@ -40,6 +40,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import datetime
+import gzip
+import importlib.resources
 import json
 import random
 import re
@@ -155,7 +157,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         # Deliberately not kmock's fallbacks: they mutate state before the DSL reactions run and
         # answer with kmock's simplified semantics. One dispatcher at the lowest priority instead.
         self.fallback << self._serve
-        self._resources.load_bundled()
+        bundled = importlib.resources.files("kmock._internal").joinpath("resources.json.gz").read_bytes()
+        self._resources.load_data(gzip.decompress(bundled))  # load_bundled(), minus its deprecation warning
         for resource in list(self._resources):
             if resource.group in _FOREIGN_GROUPS:
                 del self._resources[resource]
