@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -110,7 +111,7 @@ def spawn_worker(dsn: str) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         full_env = {**os.environ, "JOBWARDEN_DSN": dsn, "JOBWARDEN_TEST_AUDIT_DSN": dsn,
                     "PYTHONPATH": str(REPO), **(env or {})}
-        proc = subprocess.Popen(worker_command(*args), env=full_env, cwd=REPO,  # noqa: S603
+        proc = subprocess.Popen(worker_command(*args), env=full_env, cwd=REPO,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         procs.append(proc)
         return proc
@@ -118,9 +119,7 @@ def spawn_worker(dsn: str) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     yield spawn
     for proc in procs:
         if proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
             proc.kill()
         proc.wait(timeout=10)

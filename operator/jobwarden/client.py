@@ -151,7 +151,7 @@ class Client:
     def jobs(self, *, status: JobStatus | str | None = None, queue: str | None = None,
              job_class: str | None = None, limit: int = 50) -> list[JobRecord]:
         wanted = JobStatus(status) if isinstance(status, str) else status
-        return self.db.jobs.list(status=wanted, queue=queue, job_class=job_class, limit=limit)
+        return self.db.jobs.recent(status=wanted, queue=queue, job_class=job_class, limit=limit)
 
     def cancel(self, job_id: int) -> JobStatus:
         """Cancel a pending job, or ask a running one to stop (its next heartbeat raises).

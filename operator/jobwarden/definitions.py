@@ -91,7 +91,7 @@ class Job:
     def backoff(cls, attempt: int) -> float:
         """Seconds before retry ``attempt + 1``: exponential with full jitter in [50%, 100%]."""
         ceiling = min(cls.backoff_max, cls.backoff_base * (2 ** max(attempt - 1, 0)))
-        return ceiling * (0.5 + random.random() / 2)  # noqa: S311 - jitter, not crypto
+        return float(ceiling * (0.5 + random.random() / 2))
 
     @classmethod
     def path(cls) -> str:
@@ -202,7 +202,7 @@ def resolve(path: str) -> type[Job]:
     module_name, attr = resolve_path_syntax(path)
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - any import failure means "unknown here"
+    except Exception as exc:
         raise errors.UnknownJob(f"cannot import module {module_name!r} for job {path!r}: "
                                 f"{type(exc).__name__}: {exc}") from exc
     target: Any = module

@@ -26,7 +26,7 @@ class Flaky(jobwarden.Job):
     backoff_base = 0.5
 
     def perform(self, data: Any) -> str:
-        if random.random() < 0.33:  # noqa: S311 - a demo, not crypto
+        if random.random() < 0.33:
             raise RuntimeError("flaky dependency timed out (on purpose)")
         return "ok"
 

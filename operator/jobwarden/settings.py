@@ -74,7 +74,7 @@ class WorkerSettings:
     )
     #: Port of /metrics, /healthz, /readyz (and /tick); None = no HTTP server.
     http_port: int | None = None
-    http_host: str = "0.0.0.0"  # noqa: S104 - a pod serves probes on its own IP
+    http_host: str = "0.0.0.0"
     #: Idle poll period; NOTIFY wakes the worker sooner.
     poll_interval: float = 1.0
     #: How often every running claim is heartbeated.

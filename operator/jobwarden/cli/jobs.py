@@ -153,6 +153,6 @@ def cmd_status(args: argparse.Namespace) -> int:
         print_json({"queues": stats})
         return EXIT_OK
     statuses = [s.value for s in JobStatus]
-    print_table(["QUEUE", *[s.upper() for s in statuses]],
-                [[queue, *[counts[s] for s in statuses]] for queue, counts in sorted(stats.items())])
+    rows = [[queue, *[counts[s] for s in statuses]] for queue, counts in sorted(stats.items())]
+    print_table(["QUEUE", *[s.upper() for s in statuses]], rows)
     return EXIT_OK

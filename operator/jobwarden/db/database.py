@@ -118,7 +118,7 @@ class Database:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def check(self) -> datetime.datetime:  # noqa: D401
+    def check(self) -> datetime.datetime:
         """Connect once, fast, and return the database clock.
 
         Used by the CLI so a bad DSN fails in seconds with a clear message
@@ -154,7 +154,7 @@ class Database:
             yield conn
 
     def sql(self, name: str) -> LiteralString:
-        return cast(LiteralString, self.q[name])
+        return self.q[name]  # rendered from the package's own .sql files
 
     def rows(self, name: str, params: Params | None = None, *,
              conn: Connection | None = None) -> list[Row]:
@@ -232,8 +232,7 @@ class Listener:
         if self._conn is None or self._conn.closed:
             conn = self._db.connect()
             for channel in self._channels:
-                conn.execute(cast(LiteralString, "LISTEN ") + cast(
-                    LiteralString, psycopg.sql.Identifier(channel).as_string(None)))
+                conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
             self._conn = conn
         return self._conn
 

@@ -93,8 +93,8 @@ class JobsTable:
         if missing:
             # Duplicates: the existing row may have been committed by a concurrent
             # enqueuer after this statement's snapshot, so look it up afresh.
-            found = dict(self._db.rows("job_ids_by_unique_key", {"unique_keys": missing},
-                                       conn=conn))
+            found: dict[str, int] = dict(
+                self._db.rows("job_ids_by_unique_key", {"unique_keys": missing}, conn=conn))
             in_batch: dict[str, int] = {}
             for spec, result in zip(specs, results, strict=True):
                 if result is not None and spec.unique_key is not None:
@@ -179,7 +179,7 @@ class JobsTable:
         found = self._db.row("job_get", {"id": job_id})
         return _record(found) if found else None
 
-    def list(self, *, status: JobStatus | None = None, queue: str | None = None,
+    def recent(self, *, status: JobStatus | None = None, queue: str | None = None,
              job_class: str | None = None, limit: int = 50) -> list[JobRecord]:
         rows = self._db.rows("job_list", {
             "status": status.value if status else None, "queue": queue,

@@ -13,7 +13,6 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import re
-from typing import LiteralString, cast
 
 import psycopg
 from psycopg import sql
@@ -72,8 +71,8 @@ def script(schema: str, *, pending_only: list[int] | None = None) -> str:
         parts.append(queries.render(migration.sql, schema).strip())
         parts.append(
             queries.render(
-                "INSERT INTO {schema}.schema_migrations (version, name) "
-                f"VALUES ({migration.version}, '{migration.name}');",
+                "INSERT INTO {schema}.schema_migrations (version, name) "  # noqa: S608
+                f"VALUES ({migration.version:d}, '{migration.name}');",  # names match [a-z0-9_]
                 schema,
             )
         )
@@ -90,10 +89,8 @@ def _lock_key(schema: str) -> int:
 
 
 def applied(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[int]:
-    exists = conn.execute(
-        "SELECT to_regclass(%s) IS NOT NULL", (f"{sql.Identifier(schema).as_string(None)}"
-                                               ".schema_migrations",)
-    ).fetchone()
+    table = f"{sql.Identifier(schema).as_string(None)}.schema_migrations"
+    exists = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (table,)).fetchone()
     if not exists or not exists[0]:
         return []
     rows = conn.execute(
@@ -101,7 +98,7 @@ def applied(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[i
             sql.Identifier(schema)
         )
     ).fetchall()
-    return [int(cast(int, r[0])) for r in rows]
+    return [int(str(r[0])) for r in rows]
 
 
 def pending(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[Migration]:
@@ -115,7 +112,7 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[M
     for migration in available():
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(schema),))
-            conn.execute(cast(LiteralString, _bootstrap(schema)))
+            conn.execute(_bootstrap(schema))
             already = conn.execute(
                 sql.SQL("SELECT 1 FROM {}.schema_migrations WHERE version = %s").format(
                     sql.Identifier(schema)
@@ -124,7 +121,7 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[M
             ).fetchone()
             if already:
                 continue
-            conn.execute(cast(LiteralString, queries.render(migration.sql, schema)))
+            conn.execute(queries.render(migration.sql, schema))
             conn.execute(
                 sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(
                     sql.Identifier(schema)

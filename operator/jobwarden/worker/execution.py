@@ -119,7 +119,7 @@ class ThreadRunner:
             else:
                 result = self._run_sync(attempt, instance, data)
             return Succeeded(result=result)
-        except BaseException as exc:  # noqa: BLE001 - a job's error never crashes the worker
+        except BaseException as exc:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)) and not isinstance(
                 exc, errors.JobwardenError
             ):
@@ -162,6 +162,6 @@ class ThreadRunner:
 def call_hook(hook: Callable[..., Any], *args: Any, **kwargs: Any) -> BaseException | None:
     try:
         hook(*args, **kwargs)
-    except Exception as exc:  # noqa: BLE001 - hooks are best-effort by contract
+    except Exception as exc:
         return exc
     return None

@@ -11,6 +11,7 @@ which is what the database stores anyway.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import json
 import multiprocessing
@@ -75,7 +76,7 @@ def _child_main(conn: multiprocessing.connection.Connection, apps: list[str],
                 result = instance.perform(claim.data)
                 instance.after_perform(claim.data, result)
             conn.send(("ok", json.dumps(result, default=str)))
-        except BaseException as exc:  # noqa: BLE001 - reported to the parent, never fatal
+        except BaseException as exc:
             outcome = failure_from(exc, attempt)
             if isinstance(outcome, Cancelled):
                 conn.send(("cancelled", outcome.error))
@@ -163,10 +164,8 @@ class ProcessRunner:
             children = list(self._children.values())
             self._children.clear()
         for child in children:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 child.conn.send(None)
-            except (OSError, ValueError):
-                pass
             child.process.join(timeout=1)
             child.kill()
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from jobwarden import errors, metrics
+from jobwarden import errors
 from jobwarden.db.database import Database
 from jobwarden.structs.jobs import Completion, Failure
 from jobwarden.structs.states import JobStatus
@@ -107,8 +107,8 @@ class Recorder:
             ])
             for a in completions:
                 assert a.outcome is not None
-                status = JobStatus.COMPLETED if a.claim.id in written else None
-                self._on_recorded(a, a.outcome, status)
+                self._on_recorded(a, a.outcome,
+                                  JobStatus.COMPLETED if a.claim.id in written else None)
         for a in batch:
             outcome = a.outcome
             if isinstance(outcome, Succeeded) or outcome is None:

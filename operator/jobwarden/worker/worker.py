@@ -384,12 +384,12 @@ class Worker:
 
     def _maintenance_loop(self) -> None:
         for task in self.periodic:
-            task.next_at = time.monotonic() + random.uniform(0, min(task.interval, 2.0))  # noqa: S311
+            task.next_at = time.monotonic() + random.uniform(0, min(task.interval, 2.0))
         while not self.stopping:
             now = time.monotonic()
             for task in list(self.periodic):
                 if task.interval > 0 and now >= task.next_at:
-                    task.next_at = now + task.interval * random.uniform(0.9, 1.1)  # noqa: S311
+                    task.next_at = now + task.interval * random.uniform(0.9, 1.1)
                     try:
                         task.run()
                     except errors.DatabaseUnavailable as exc:
