@@ -78,8 +78,15 @@ def lookup(data: Any, path: str) -> Any:
 
 
 def type_name(value: Any) -> str:
-    return {bool: "bool", int: "int", float: "float", str: "string", list: "list",
-            dict: "object", type(None): "null"}[type(value)]
+    return {
+        bool: "bool",
+        int: "int",
+        float: "float",
+        str: "string",
+        list: "list",
+        dict: "object",
+        type(None): "null",
+    }[type(value)]
 
 
 def render(values: list[Value], chart: dict[str, Any]) -> str:

@@ -1,0 +1,277 @@
+"""charts/jobwarden renders with Helm's real engine for every scenario, lints
+clean, and what it renders is safe: restricted pods, least-privilege RBAC,
+CRDs identical to crds/, values that refuse typos, an up-to-date README."""
+
+from __future__ import annotations
+
+import filecmp
+import importlib.util
+import sys
+from typing import Any
+
+import pytest
+import yaml
+from helmchart import CHART, NAMESPACE, ROOT, lint, manifests, render, scenarios, values_of
+
+pytest.importorskip(
+    "helm_python", reason="pip install helm-python-sdk (Helm's Go engine: render and lint)"
+)
+
+SCENARIOS = scenarios()
+
+
+def by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in docs if d["kind"] == kind]
+
+
+def pod_specs(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Every pod spec the chart makes, including the default WorkerPool's template."""
+    found = []
+    for doc in docs:
+        name = f"{doc['kind']}/{doc['metadata']['name']}"
+        if doc["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job"):
+            found.append((name, doc["spec"]["template"]["spec"]))
+        elif doc["kind"] == "Pod":
+            found.append((name, doc["spec"]))
+        elif doc["kind"] == "WorkerPool":
+            found.append((name, doc["spec"]["template"]["spec"]))
+    return found
+
+
+# --- the engine itself ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_chart_lints_clean_in_strict_mode(scenario: str) -> None:
+    report = lint(values_of(scenario))
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert problems == [] and not report["errors"]
+
+
+def test_helm_sdkpy_lints_the_defaults_clean() -> None:
+    pytest.importorskip(
+        "helm_sdkpy",
+        reason="pip install --ignore-requires-python helm-sdkpy (second Helm binding, lint only)",
+    )
+    from helmchart import sdkpy_lint
+
+    report = sdkpy_lint()
+    assert not report.get("Errors")
+    assert all(m["Severity"] < 2 for m in report.get("Messages") or [])
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_chart_renders_valid_kubernetes_objects(scenario: str) -> None:
+    docs = manifests(values_of(scenario))
+    assert by_kind(docs, "Deployment"), "no operator Deployment"
+    for doc in docs:
+        assert doc["apiVersion"] and doc["kind"] and doc["metadata"]["name"]
+        if doc["kind"] not in ("ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"):
+            assert doc["metadata"].get("namespace"), f"{doc['kind']} without a namespace"
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"operator": {"replicas": 2}},
+        {"workerPool": {"replica": 2}},
+        {"operatr": {}},
+        {"prometheusRule": {"rules": {"jobsFailing": {"window": "15 minutes"}}}},
+        {"workerPool": {"isolation": "fork"}},
+    ],
+    ids=["replicas-without-peering", "typo-in-pool", "typo-at-top", "bad-duration", "bad-enum"],
+)
+def test_values_schema_refuses_typos_and_bad_values(values: dict[str, Any]) -> None:
+    report = lint(values)
+    assert any(m["severity"] >= 3 and "schema" in m["error"] for m in report["messages"])
+
+
+# --- restricted Pod Security ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_pod_meets_the_restricted_pod_security_standard(scenario: str) -> None:
+    specs = pod_specs(manifests(values_of(scenario)))
+    assert specs
+    for name, spec in specs:
+        pod = spec.get("securityContext", {})
+        assert pod.get("runAsNonRoot") is True, name
+        assert isinstance(pod.get("runAsUser"), int) and pod["runAsUser"] > 0, name
+        assert pod.get("seccompProfile", {}).get("type") == "RuntimeDefault", name
+        assert not spec.get("hostNetwork") and not spec.get("hostPID"), name
+        for container in spec["containers"]:
+            sc = container.get("securityContext", {})
+            where = f"{name} container {container['name']}"
+            assert sc.get("allowPrivilegeEscalation") is False, where
+            assert sc.get("readOnlyRootFilesystem") is True, where
+            assert sc.get("capabilities", {}).get("drop") == ["ALL"], where
+            assert not sc.get("capabilities", {}).get("add"), where
+            assert sc.get("privileged") in (None, False), where
+            mounts = {m["mountPath"] for m in container.get("volumeMounts", [])}
+            assert "/tmp" in mounts, f"{where}: read-only root needs an emptyDir on /tmp"
+        tmp = [v for v in spec["volumes"] if v["name"] == "tmp"]
+        assert tmp and "emptyDir" in tmp[0], name
+
+
+def test_operator_has_probes_on_its_http_port_and_no_resources_by_default() -> None:
+    (deployment,) = by_kind(manifests(None), "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["args"][0] == "operator"
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
+    assert [p["name"] for p in container["ports"]] == ["http"]
+    assert "resources" not in container
+
+
+def test_dsn_is_mounted_as_a_file_never_an_env_value() -> None:
+    docs = manifests(values_of("full-values.yaml"))
+    (deployment,) = by_kind(docs, "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["JOBWARDEN_DSN_FILE"]["value"] == "/var/run/secrets/jobwarden/dsn/dsn"
+    assert all("secretKeyRef" not in e.get("valueFrom", {}) for e in container["env"])
+    rendered = yaml.safe_dump(deployment)
+    assert "postgresql://" not in rendered
+
+
+def test_existing_dsn_secret_is_used_and_none_is_created() -> None:
+    docs = manifests(values_of("namespaced-values.yaml"))
+    assert not [s for s in by_kind(docs, "Secret") if s["metadata"]["name"].endswith("-dsn")]
+    (deployment,) = by_kind(docs, "Deployment")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["dsn"]["secret"]["secretName"] == "shared-postgres"
+    assert volumes["dsn"]["secret"]["items"] == [{"key": "url", "path": "url"}]
+
+
+def test_tick_token_secret_is_off_by_default_and_generated_when_on() -> None:
+    assert not by_kind(manifests(None), "Secret")
+    docs = manifests(values_of("full-values.yaml"))
+    (tick,) = [s for s in by_kind(docs, "Secret") if s["metadata"]["name"].endswith("-tick")]
+    assert len(tick["data"]["token"]) >= 48
+
+
+def test_default_worker_pool_is_accepted_by_the_worker_pool_crd() -> None:
+    spec = importlib.util.spec_from_file_location("crdschema", ROOT / "tests/crds/crdschema.py")
+    assert spec and spec.loader
+    crdschema = importlib.util.module_from_spec(spec)
+    sys.modules["crdschema"] = crdschema
+    spec.loader.exec_module(crdschema)
+    pytest.importorskip("celpy", reason="pip install cel-python")
+    (pool,) = by_kind(manifests(values_of("full-values.yaml")), "WorkerPool")
+    _, errors = crdschema.admit(crdschema.load_crds()["WorkerPool"], pool)
+    assert errors == []
+
+
+# --- RBAC -------------------------------------------------------------------------------
+
+OPERATOR_RULES = {
+    # (apiGroup, resource): verbs -- exactly what kopf and the operator call.
+    ("jobwarden.io", "workerpools"): {"get", "list", "watch", "patch", "update"},
+    ("jobwarden.io", "jobschedules"): {"get", "list", "watch", "patch", "update"},
+    ("jobwarden.io", "exclusivejobs"): {"get", "list", "watch", "patch", "update"},
+    ("jobwarden.io", "workerpools/status"): {"get", "patch", "update"},
+    ("jobwarden.io", "jobschedules/status"): {"get", "patch", "update"},
+    ("jobwarden.io", "exclusivejobs/status"): {"get", "patch", "update"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
+    ("", "events"): {"create", "patch"},
+    ("", "secrets"): {"get"},
+    ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
+    ("", "namespaces"): {"list", "watch"},
+}
+
+
+def flatten(rules: list[dict[str, Any]]) -> dict[tuple[str, str], set[str]]:
+    out: dict[tuple[str, str], set[str]] = {}
+    for rule in rules:
+        for group in rule.get("apiGroups", []):
+            for resource in rule.get("resources", []):
+                out.setdefault((group, resource), set()).update(rule["verbs"])
+    return out
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_no_rbac_rule_uses_a_wildcard(scenario: str) -> None:
+    for doc in manifests(values_of(scenario)):
+        for rule in doc.get("rules", []) if doc["kind"] in ("Role", "ClusterRole") else []:
+            for key in ("apiGroups", "resources", "verbs", "resourceNames"):
+                assert not any("*" in item for item in rule.get(key, [])), (doc["metadata"], rule)
+
+
+def operator_grants(docs: list[dict[str, Any]]) -> dict[str, dict[tuple[str, str], set[str]]]:
+    """Grants of the operator's ServiceAccount, keyed by namespace ("*" = cluster-wide)."""
+    roles = {
+        (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
+        for d in docs
+        if d["kind"] in ("Role", "ClusterRole")
+    }
+    grants: dict[str, dict[tuple[str, str], set[str]]] = {}
+    for binding in docs:
+        if binding["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        if not any(
+            s["kind"] == "ServiceAccount" and s["namespace"] == NAMESPACE
+            for s in binding["subjects"]
+        ):
+            continue
+        ref = binding["roleRef"]
+        ns = binding["metadata"].get("namespace") if binding["kind"] == "RoleBinding" else None
+        role = roles[(ref["kind"], ns if ref["kind"] == "Role" else None, ref["name"])]
+        for key, verbs in flatten(role["rules"]).items():
+            grants.setdefault(ns or "*", {}).setdefault(key, set()).update(verbs)
+    return grants
+
+
+def test_cluster_wide_operator_gets_exactly_what_it_calls() -> None:
+    grants = operator_grants(manifests(None))
+    assert grants == {"*": OPERATOR_RULES}
+
+
+def test_peering_adds_only_kopfs_cluster_peering() -> None:
+    grants = operator_grants(manifests(values_of("full-values.yaml")))
+    expected = dict(OPERATOR_RULES)
+    expected[("kopf.dev", "clusterkopfpeerings")] = {"get", "list", "watch", "patch"}
+    assert grants == {"*": expected}
+
+
+def test_namespaced_operator_gets_roles_only_in_its_namespaces() -> None:
+    grants = operator_grants(manifests(values_of("namespaced-values.yaml")))
+    cluster = {
+        k: v
+        for k, v in OPERATOR_RULES.items()
+        if k[1] in ("customresourcedefinitions", "namespaces")
+    }
+    namespaced = {k: v for k, v in OPERATOR_RULES.items() if k not in cluster}
+    namespaced[("kopf.dev", "kopfpeerings")] = {"get", "list", "watch", "patch"}
+    assert grants == {"*": cluster, "billing": namespaced, "search": namespaced}
+
+
+# --- CRDs, NOTES, README ----------------------------------------------------------------
+
+
+def test_chart_crds_are_identical_to_the_repository_crds() -> None:
+    repo = sorted(p.name for p in (ROOT / "crds").glob("*.yaml"))
+    chart = sorted(p.name for p in (CHART / "crds").glob("*.yaml"))
+    assert set(repo) <= set(chart)
+    assert set(chart) - set(repo) == {"kopf.dev_peerings.yaml"}
+    for name in repo:
+        assert filecmp.cmp(ROOT / "crds" / name, CHART / "crds" / name, shallow=False), name
+
+
+def test_notes_tell_how_to_check_status_find_metrics_and_get_the_token() -> None:
+    notes = render(values_of("full-values.yaml"))["jobwarden/templates/NOTES.txt"]
+    assert "rollout status deployment/jw-jobwarden-operator" in notes
+    assert "/metrics" in notes
+    assert "get secret jw-jobwarden-tick" in notes
+    default_notes = render(None)["jobwarden/templates/NOTES.txt"]
+    assert "create secret generic jw-jobwarden-dsn" in default_notes
+
+
+def test_readme_is_generated_from_the_current_values() -> None:
+    spec = importlib.util.spec_from_file_location("chart_readme", ROOT / "charts/readme.py")
+    assert spec and spec.loader
+    readme = importlib.util.module_from_spec(spec)
+    sys.modules["chart_readme"] = readme
+    spec.loader.exec_module(readme)
+    _, undocumented = readme.parse((CHART / "values.yaml").read_text())
+    assert undocumented == []
+    assert (CHART / "README.md").read_text() == readme.generate(), "run: python charts/readme.py"

@@ -1,0 +1,156 @@
+"""The Grafana dashboard and the alert rules use real PromQL and only the
+metrics (and labels) that operator/jobwarden/metrics.py documents."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from helmchart import CHART, ROOT, manifests, values_of
+from metricnames import check, documented, substitute_grafana_variables
+
+pytest.importorskip("promql_parser", reason="pip install promql-parser (parses PromQL)")
+
+CATALOG = documented()
+DASHBOARD = json.loads((CHART / "dashboards" / "jobwarden.json").read_text())
+
+
+def dashboard_queries() -> list[tuple[str, str]]:
+    queries = []
+    for panel in DASHBOARD["panels"]:
+        for target in panel.get("targets", []):
+            queries.append((f"{panel['title']} {target['refId']}", target["expr"]))
+    for variable in DASHBOARD["templating"]["list"]:
+        if variable["type"] == "query":
+            match = re.fullmatch(r"label_values\((.*),\s*(\w+)\)", variable["definition"])
+            assert match, variable["definition"]
+            queries.append((f"variable {variable['name']}", match.group(1)))
+    return queries
+
+
+def alert_rules() -> list[dict[str, Any]]:
+    pytest.importorskip("helm_python", reason="pip install helm-python-sdk")
+    docs = manifests(values_of("full-values.yaml"))
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    return [r for group in rule["spec"]["groups"] for r in group["rules"]]
+
+
+def test_the_docstring_catalog_matches_the_metrics_module() -> None:
+    pytest.importorskip("prometheus_client")
+    import sys
+
+    sys.path.insert(0, str(ROOT / "operator"))
+    from jobwarden import metrics
+
+    registered = {}
+    for family in metrics.REGISTRY.collect():
+        name = family.name + ("_total" if family.type == "counter" else "")
+        registered[name] = family.type
+    assert {n: m.type for n, m in CATALOG.metrics.items()} == registered
+
+
+def test_dashboard_has_the_cluster_namespace_pool_and_queue_variables() -> None:
+    names = [v["name"] for v in DASHBOARD["templating"]["list"]]
+    assert names == ["datasource", "cluster", "namespace", "pool", "queue"]
+
+
+def test_every_dashboard_panel_reads_the_selected_data_source() -> None:
+    for panel in DASHBOARD["panels"]:
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+            assert panel["targets"], panel["title"]
+
+
+def test_dashboard_covers_what_on_call_needs() -> None:
+    used = " ".join(expr for _, expr in dashboard_queries())
+    for metric in (
+        "jobwarden_jobs_completed_total",
+        "jobwarden_jobs_failed_total",
+        "jobwarden_jobs_retried_total",
+        "jobwarden_queue_depth",
+        "jobwarden_job_queue_wait_seconds_bucket",
+        "jobwarden_jobs_running",
+        "jobwarden_lease_lost_total",
+        "jobwarden_jobs_deferred_total",
+        "jobwarden_jobs_skipped_total",
+        "jobwarden_lease_busy_total",
+        "jobwarden_schedule_slots_enqueued_total",
+        "jobwarden_schedule_slots_missed_total",
+        "jobwarden_schedule_slots_skipped_total",
+        "jobwarden_schedule_seconds_since_success",
+        "jobwarden_jobs_reaped_total",
+        "jobwarden_jobs_fenced_total",
+        "jobwarden_host_draining",
+        "jobwarden_rollout_duration_seconds_bucket",
+        "jobwarden_drain_duration_seconds_bucket",
+    ):
+        assert metric in used, metric
+
+
+@pytest.mark.parametrize(("where", "expr"), dashboard_queries(), ids=lambda x: str(x)[:60])
+def test_dashboard_query_parses_and_uses_documented_metrics(where: str, expr: str) -> None:
+    assert check(substitute_grafana_variables(expr), CATALOG) == []
+
+
+def test_alert_rules_cover_the_runbook() -> None:
+    names = [r["alert"] for r in alert_rules()]
+    assert names == [
+        "JobwardenJobsFailing",
+        "JobwardenScheduleNoSuccess",
+        "JobwardenScheduleSlotsMissed",
+        "JobwardenLeaseLost",
+        "JobwardenJobsReaped",
+        "JobwardenDrainStuck",
+        "JobwardenOperatorDown",
+        "JobwardenDatabaseUnreachable",
+        "JobwardenQueueWaitHigh",
+    ]
+
+
+def test_every_alert_parses_and_uses_documented_metrics() -> None:
+    for rule in alert_rules():
+        assert check(rule["expr"], CATALOG) == [], rule["alert"]
+
+
+def test_every_alert_has_a_summary_severity_and_a_runbook_section() -> None:
+    runbook = (ROOT / "docs" / "alerts.md").read_text()
+    anchors = {
+        re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-")
+        for h in re.findall(r"^## (.+)$", runbook, flags=re.M)
+    }
+    for rule in alert_rules():
+        assert rule["annotations"]["summary"], rule["alert"]
+        assert rule["labels"]["severity"] in ("critical", "warning", "info")
+        assert rule["labels"]["team"] == "platform"
+        anchor = rule["annotations"]["runbook_url"].split("#", 1)[1]
+        assert anchor in anchors, f"docs/alerts.md has no section for {rule['alert']}"
+
+
+def test_a_misspelled_metric_or_label_is_caught() -> None:
+    assert check("rate(jobwarden_jobs_complete_total[5m])", CATALOG)
+    assert check("sum by (queue) (jobwarden_lease_lost_total)", CATALOG)
+    assert check('jobwarden_jobs_running{job_class="x"}', CATALOG)
+    with pytest.raises(ValueError):
+        check("sum(rate(jobwarden_jobs_failed_total[5m])", CATALOG)
+
+
+def test_rule_thresholds_follow_the_values() -> None:
+    pytest.importorskip("helm_python", reason="pip install helm-python-sdk")
+    docs = manifests(
+        {
+            "prometheusRule": {
+                "enabled": True,
+                "rules": {
+                    "queueWaitHigh": {"thresholdSeconds": 42},
+                    "scheduleNoSuccess": {"intervals": 5, "learnWindow": "2d"},
+                },
+            }
+        }
+    )
+    (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
+    exprs = {r["alert"]: r["expr"] for r in rule["spec"]["groups"][0]["rules"]}
+    assert "> 42" in exprs["JobwardenQueueWaitHigh"]
+    assert "5 * (" in exprs["JobwardenScheduleNoSuccess"]
+    assert "172800" in exprs["JobwardenScheduleNoSuccess"]
