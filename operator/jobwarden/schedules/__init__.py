@@ -19,6 +19,8 @@ from jobwarden.schedules.expressions import (
     parse_stored,
 )
 from jobwarden.schedules.planning import (
+    DEFAULT_COUNT_LIMIT,
+    DEFAULT_TOLERANCE_SECONDS,
     MIN_WINDOW_SECONDS,
     CatchUp,
     DuePlan,
@@ -27,6 +29,8 @@ from jobwarden.schedules.planning import (
 )
 
 __all__ = [
+    "DEFAULT_COUNT_LIMIT",
+    "DEFAULT_TOLERANCE_SECONDS",
     "MIN_WINDOW_SECONDS",
     "CatchUp",
     "CronExpression",
