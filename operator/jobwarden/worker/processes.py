@@ -46,6 +46,7 @@ def _child_main(conn: multiprocessing.connection.Connection, apps: list[str],
                 dsn: str | None, schema: str) -> None:
     for app in apps:
         importlib.import_module(app)
+    conn.send(("ready",))
     db = None
     while True:
         try:
@@ -54,12 +55,9 @@ def _child_main(conn: multiprocessing.connection.Connection, apps: list[str],
             return
         if request is None:
             return
-        claim, grace, started = request
+        claim, grace = request
         attempt = Attempt(claim)
         attempt.start(thread_id=None)
-        # Keep the parent's deadline, not a fresh one from this process's start.
-        attempt.deadline = time.monotonic() + max(claim.timeout_seconds - (time.time() - started),
-                                                  0.001)
         try:
             job_class = definitions.resolve(claim.job_class)
             if db is None and dsn:
@@ -96,6 +94,16 @@ class _Child:
         )
         self.process.start()
         child.close()
+        self.ready = False
+
+    def wait_ready(self, timeout: float) -> bool:
+        """Wait for the child to finish importing the apps (not counted in a job's timeout)."""
+        if not self.ready and self.conn.poll(timeout):
+            try:
+                self.ready = self.conn.recv() == ("ready",)
+            except (EOFError, OSError):
+                return False
+        return self.ready
 
     def kill(self) -> None:
         if self.process.is_alive():
@@ -132,8 +140,15 @@ class ProcessRunner:
     def run(self, attempt: Attempt, job_class: type[definitions.Job],
             context: AttemptContext) -> Outcome:
         child = self._child()
+        if not child.wait_ready(timeout=120):
+            code = child.process.exitcode
+            self._discard()
+            return Failed(error=f"the job's child process did not start (exit code {code}); "
+                                "check that the --app modules import", reason="error")
+        # The hard timeout counts from when the job is handed over, not from the spawn.
+        attempt.deadline = time.monotonic() + attempt.claim.timeout_seconds
         try:
-            child.conn.send((attempt.claim, self._grace, time.time()))
+            child.conn.send((attempt.claim, self._grace))
         except (OSError, ValueError) as exc:
             self._discard()
             return Failed(error=f"could not hand the job to its child process: {exc}",

@@ -1,0 +1,142 @@
+"""Enqueue: single and batch, unique keys decided by the database, delays, payload checks."""
+
+from __future__ import annotations
+
+import datetime
+import threading
+
+import psycopg
+import pytest
+
+import jobwarden
+from jobwarden.db.database import Database
+from tests.support import testjobs
+
+
+def test_enqueue_returns_the_id_and_a_duplicate_returns_the_same_id(
+        client: jobwarden.Client) -> None:
+    first = client.enqueue(testjobs.Record, {"a": 1}, unique_key="report:2026-11-29")
+    second = client.enqueue(testjobs.Record, {"a": 2}, unique_key="report:2026-11-29")
+    assert not first.duplicate
+    assert second.duplicate
+    assert second.id == first.id
+    assert client.job(first.id).data == {"a": 1}
+    assert client.stats()["default"]["pending"] == 1
+
+
+def test_enqueue_copies_the_class_settings_into_the_row(client: jobwarden.Client) -> None:
+    record = client.job(client.enqueue(testjobs.SleepyOnce, {"seconds": 1}).id)
+    assert record.job_class == "tests.support.testjobs:SleepyOnce"
+    assert record.idempotent is False
+    assert record.timeout_seconds == 120
+    assert record.max_retries == 3
+    assert record.status is jobwarden.JobStatus.PENDING
+
+
+def test_enqueue_many_is_one_round_trip(client: jobwarden.Client, db: Database,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    client.enqueue(testjobs.Record, None, unique_key="k-5")
+    calls: list[str] = []
+    original = db.rows
+
+    def counting(name: str, *args: object, **kwargs: object) -> object:
+        calls.append(name)
+        return original(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(db, "rows", counting)
+    results = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(1000)])
+    assert calls == ["job_insert_many"]
+    assert len({r.id for r in results}) == 1000
+    assert results == sorted(results, key=lambda r: r.id)
+    calls.clear()
+    keyed = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(10)],
+                                unique_keys=[f"k-{n % 7}" for n in range(10)])
+    assert [r.duplicate for r in keyed] == [False] * 5 + [True] + [False] + [True] * 3
+    assert keyed[5].id == client.db.jobs.recent(limit=2000)[-1].id  # k-5 existed before
+    assert keyed[7].id == keyed[0].id  # a duplicate inside the same batch
+
+
+def test_concurrent_enqueuers_get_exactly_one_row_per_unique_key(dsn: str) -> None:
+    keys = [f"key-{n}" for n in range(100)]
+    ids: dict[str, set[int]] = {k: set() for k in keys}
+    lock = threading.Lock()
+    barrier = threading.Barrier(32)
+    errors: list[BaseException] = []
+
+    def enqueuer(offset: int) -> None:
+        try:
+            with jobwarden.Client(dsn, max_connections=1) as c:
+                barrier.wait()
+                for n in range(100):
+                    key = keys[(n + offset) % 100]
+                    result = c.enqueue(testjobs.Record, {"by": offset}, unique_key=key)
+                    with lock:
+                        ids[key].add(result.id)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=enqueuer, args=(i * 3,)) for i in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert all(len(found) == 1 for found in ids.values()), ids
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute("SELECT unique_key, count(*) FROM jobwarden.jobs "
+                            "GROUP BY unique_key").fetchall()
+        assert len(rows) == 100
+        assert all(count == 1 for _key, count in rows)
+        # The guarantee is the database's own constraint, not the client's care.
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            conn.execute("INSERT INTO jobwarden.jobs (job_class, unique_key) VALUES ('a:B', 'key-1')")
+
+
+@pytest.mark.parametrize("bad", [{1, 2}, float("nan"), {"when": datetime.datetime.now()}])
+def test_data_that_is_not_json_is_refused_and_nothing_is_stored(client: jobwarden.Client,
+                                                               bad: object) -> None:
+    with pytest.raises(jobwarden.InvalidPayload):
+        client.enqueue(testjobs.Record, bad)
+    assert client.stats() == {}
+
+
+def test_bad_enqueue_options_are_refused(client: jobwarden.Client) -> None:
+    with pytest.raises(ValueError, match="timezone-aware"):
+        client.enqueue(testjobs.Record, run_at=datetime.datetime(2030, 1, 1))
+    with pytest.raises(ValueError, match="delay"):
+        client.enqueue(testjobs.Record, delay=-1)
+    with pytest.raises(ValueError, match="unique_key"):
+        client.enqueue(testjobs.Record, unique_key="  ")
+    with pytest.raises(jobwarden.UnknownJob, match="cannot import"):
+        client.enqueue("no.such.module:Job")
+    with pytest.raises(jobwarden.UnknownJob, match="must look like"):
+        client.enqueue("not a path", check=False)
+    assert client.stats() == {}
+
+
+def test_a_job_whose_code_lives_only_in_workers_can_be_enqueued_unchecked(
+        client: jobwarden.Client) -> None:
+    job_id = client.enqueue("elsewhere.jobs:Reindex", {"x": 1}, check=False, timeout=30).id
+    record = client.job(job_id)
+    assert record.job_class == "elsewhere.jobs:Reindex"
+    assert record.timeout_seconds == 30
+
+
+def test_delay_and_run_at_use_the_database_clock(client: jobwarden.Client, db: Database) -> None:
+    now = db.now()
+    delayed = client.job(client.enqueue(testjobs.Record, delay=3600).id)
+    assert datetime.timedelta(seconds=3599) < delayed.run_at - now < datetime.timedelta(seconds=3700)
+    at = now + datetime.timedelta(days=2)
+    assert client.job(client.enqueue(testjobs.Record, run_at=at).id).run_at == at
+    assert db.jobs.claim(host="h", limit=10, grace_seconds=30) == []
+
+
+def test_enqueue_notifies_listeners(client: jobwarden.Client, db: Database) -> None:
+    listener = db.listener("jobs")
+    try:
+        assert listener.wait(0.05) == []  # connects and LISTENs
+        client.enqueue(testjobs.Record, queue="mail")
+        received = listener.wait(2.0)
+        assert ("jobwarden_jobs", "mail") in received
+    finally:
+        listener.close()
