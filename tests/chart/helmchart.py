@@ -27,7 +27,7 @@ NAMESPACE = "jobs"
 
 def scenarios() -> list[str]:
     """ "default" plus the name of every ci/*-values.yaml file."""
-    return ["default"] + sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))
+    return ["default", *sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))]
 
 
 def values_of(scenario: str) -> dict[str, Any] | None:

@@ -140,12 +140,11 @@ def check(expr: str, catalog: Catalog) -> list[str]:
             for matcher in n.matchers.matchers:
                 if matcher.name not in labels_of(n) | TARGET_LABELS:
                     problems.append(f"{n.name} has no label {matcher.name}")
-        elif isinstance(n, pp.AggregateExpr):
-            if n.modifier is not None:
-                allowed = TARGET_LABELS.union(*(labels_of(s) for s in selectors(n.expr)))
-                for label in n.modifier.labels:
-                    if label not in allowed:
-                        problems.append(f"aggregation by unknown label {label}")
+        elif isinstance(n, pp.AggregateExpr) and n.modifier is not None:
+            allowed = TARGET_LABELS.union(*(labels_of(s) for s in selectors(n.expr)))
+            for label in n.modifier.labels:
+                if label not in allowed:
+                    problems.append(f"aggregation by unknown label {label}")
         for child in children(n):
             visit(child)
 
