@@ -104,8 +104,10 @@ class Database:
         self.pool.open(wait=False)
         # Table modules, imported here to avoid import cycles at package import.
         from jobwarden.db import jobs as _jobs
+        from jobwarden.db import leases as _leases
 
         self.jobs = _jobs.JobsTable(self)
+        self.leases = _leases.LeasesTable(self)
 
     # -- lifecycle -----------------------------------------------------------------
 

@@ -1,0 +1,73 @@
+"""Rows and answers of the leases table, as frozen dataclasses."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Acquisition:
+    """The answer to one acquire attempt.
+
+    ``acquired``: this caller now holds ``slot`` of ``name`` with ``token`` until
+    ``expires_at``. Otherwise the lease is busy: ``holder``/``holder_host`` hold
+    it (when the database could say) and it may free up in ``retry_after``
+    seconds (its holder's expiry, database clock; the holder may still renew).
+    """
+
+    acquired: bool
+    name: str
+    slot: int
+    token: int | None
+    expires_at: datetime.datetime | None
+    #: Seconds until expiry (ours when acquired, the holder's when busy).
+    remaining_seconds: float
+    holder: str | None = None
+    holder_host: str | None = None
+
+    @property
+    def retry_after(self) -> float:
+        return 0.0 if self.acquired else max(self.remaining_seconds, 0.0)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class LeaseRecord:
+    """One (name, slot) row as stored; ``owner`` None means free."""
+
+    name: str
+    slot: int
+    owner: str | None
+    holder_host: str | None
+    token: int
+    acquired_at: datetime.datetime | None
+    expires_at: datetime.datetime | None
+    #: Seconds until expiry on the database clock (negative once lapsed; None when free).
+    expires_in_seconds: float | None
+
+    @property
+    def held(self) -> bool:
+        """Held and not lapsed (a lapsed lease is free for the next acquirer)."""
+        return self.owner is not None and (self.expires_in_seconds or 0.0) > 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "slot": self.slot, "owner": self.owner,
+            "holder_host": self.holder_host, "token": self.token,
+            "acquired_at": self.acquired_at.isoformat() if self.acquired_at else None,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+            "expires_in_seconds": None if self.expires_in_seconds is None
+            else round(self.expires_in_seconds, 3),
+        }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class HeldLease:
+    """What a batch renewal needs to know about one lease a worker holds."""
+
+    name: str
+    slot: int
+    owner: str
+    token: int
+    ttl_seconds: float
