@@ -60,19 +60,30 @@ def versions_of(crd: Mapping[str, Any]) -> list[CustomVersion]:
             kind=kind,
             singular=names.get("singular") or kind.lower(),
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-            verbs={"delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"},
+            verbs={
+                "delete",
+                "deletecollection",
+                "get",
+                "list",
+                "patch",
+                "create",
+                "update",
+                "watch",
+            },
             shortnames=set(names.get("shortNames") or []),
             categories=set(names.get("categories") or []),
             subresources=subresources,
         )
-        result.append(CustomVersion(
-            resource=kmock.resource(group, version["name"], plural),
-            info=info,
-            list_kind=names.get("listKind") or f"{kind}List",
-            status_subresource="status" in subresources,
-            printer_columns=list(version.get("additionalPrinterColumns") or []),
-            schema=(version.get("schema") or {}).get("openAPIV3Schema") or {},
-        ))
+        result.append(
+            CustomVersion(
+                resource=kmock.resource(group, version["name"], plural),
+                info=info,
+                list_kind=names.get("listKind") or f"{kind}List",
+                status_subresource="status" in subresources,
+                printer_columns=list(version.get("additionalPrinterColumns") or []),
+                schema=(version.get("schema") or {}).get("openAPIV3Schema") or {},
+            )
+        )
     return result
 
 
@@ -83,7 +94,10 @@ def load_documents(paths: Iterable[pathlib.Path]) -> list[dict[str, Any]]:
         files = sorted(path.glob("*.y*ml")) if path.is_dir() else [path]
         for file in files:
             for document in yaml.safe_load_all(file.read_text(encoding="utf-8")):
-                if isinstance(document, dict) and document.get("kind") == "CustomResourceDefinition":
+                if (
+                    isinstance(document, dict)
+                    and document.get("kind") == "CustomResourceDefinition"
+                ):
                     documents.append(document)
     return documents
 

@@ -44,7 +44,6 @@ import gzip
 import importlib.resources
 import json
 import random
-import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -73,14 +72,27 @@ PODS = kmock.resource("", "v1", "pods")
 class ApiError(Exception):
     """A failure the API reports as a ``Status`` object with an HTTP code."""
 
-    def __init__(self, code: int, reason: str, message: str, details: Mapping[str, Any] | None = None):
+    def __init__(
+        self, code: int, reason: str, message: str, details: Mapping[str, Any] | None = None
+    ):
         super().__init__(message)
-        self.code, self.reason, self.message, self.details = code, reason, message, dict(details or {})
+        self.code, self.reason, self.message, self.details = (
+            code,
+            reason,
+            message,
+            dict(details or {}),
+        )
 
     def status(self) -> dict[str, Any]:
         return {
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": self.message, "reason": self.reason, "details": self.details, "code": self.code,
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": self.message,
+            "reason": self.reason,
+            "details": self.details,
+            "code": self.code,
         }
 
 
@@ -141,11 +153,19 @@ def _without(obj: Mapping[str, Any], *keys: str) -> dict[str, Any]:
 class KubeEmulator(kmock.KubernetesEmulator):
     """kmock's Kubernetes emulator with the fidelity kubectl and kopf need (see the module doc)."""
 
-    server_version: dict[str, str] = attrs.field(factory=lambda: {
-        "major": "1", "minor": "36", "gitVersion": "v1.36.0-kmock", "gitCommit": "0" * 40,
-        "gitTreeState": "clean", "buildDate": "2025-08-27T00:00:00Z", "goVersion": "go1.24.6",
-        "compiler": "gc", "platform": "linux/amd64",
-    })
+    server_version: dict[str, str] = attrs.field(
+        factory=lambda: {
+            "major": "1",
+            "minor": "36",
+            "gitVersion": "v1.36.0-kmock",
+            "gitCommit": "0" * 40,
+            "gitTreeState": "clean",
+            "buildDate": "2025-08-27T00:00:00Z",
+            "goVersion": "go1.24.6",
+            "compiler": "gc",
+            "platform": "linux/amd64",
+        }
+    )
     _revision: int = attrs.field(default=0, init=False)
     _log: list[WatchEvent] = attrs.field(factory=list, init=False)
     _watchers: set[asyncio.Queue[WatchEvent | None]] = attrs.field(factory=set, init=False)
@@ -157,8 +177,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
         # Deliberately not kmock's fallbacks: they mutate state before the DSL reactions run and
         # answer with kmock's simplified semantics. One dispatcher at the lowest priority instead.
         self.fallback << self._serve
-        bundled = importlib.resources.files("kmock._internal").joinpath("resources.json.gz").read_bytes()
-        self._resources.load_data(gzip.decompress(bundled))  # load_bundled(), minus its deprecation warning
+        bundled = (
+            importlib.resources.files("kmock._internal").joinpath("resources.json.gz").read_bytes()
+        )
+        self._resources.load_data(
+            gzip.decompress(bundled)
+        )  # load_bundled(), minus its deprecation warning
         for resource in list(self._resources):
             if resource.group in _FOREIGN_GROUPS:
                 del self._resources[resource]
@@ -208,7 +232,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
         candidates = []
         for resource in self._resources:
             info = self._resources[resource]
-            if parsed.version is not None and parsed.group is not None and parsed.plural is not None:
+            if (
+                parsed.version is not None
+                and parsed.group is not None
+                and parsed.plural is not None
+            ):
                 if resource == parsed:
                     return resource
                 continue
@@ -222,7 +250,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if not candidates:
             raise KeyError(f"no resource is known as {name!r}")
         # Prefer the core group, then the preferred version, as kubectl does.
-        return sorted(candidates, key=lambda r: (r.group != "", crds.version_priority(r.version or "")))[0]
+        return sorted(
+            candidates, key=lambda r: (r.group != "", crds.version_priority(r.version or ""))
+        )[0]
 
     def _resource_for_kind(self, api_version: str, kind: str) -> kmock.resource:
         group, _, version = api_version.rpartition("/")
@@ -240,7 +270,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def _key(self, resource: kmock.resource, namespace: str | None, name: str) -> tuple[Any, ...]:
         return (resource, namespace if self.info(resource).namespaced else None, name)
 
-    def get_object(self, resource: kmock.resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+    def get_object(
+        self, resource: kmock.resource, namespace: str | None, name: str
+    ) -> dict[str, Any] | None:
         key = self._key(resource, namespace, name)
         if key not in self._objects or self._objects[key].deleted:
             return None
@@ -284,7 +316,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
             self._objects[key].history.append(copy.deepcopy(final))
         else:
             self._objects[key] = copy.deepcopy(final)
-        event = WatchEvent(self._revision, resource, event_type, copy.deepcopy(final), copy.deepcopy(old))
+        event = WatchEvent(
+            self._revision, resource, event_type, copy.deepcopy(final), copy.deepcopy(old)
+        )
         self._log.append(event)
         for queue in self._watchers:
             queue.put_nowait(event)
@@ -297,7 +331,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
     # ------------------------------------------------------------------ writes
 
     def create_object(
-        self, resource: kmock.resource, namespace: str | None, body: Mapping[str, Any], *, dry_run: bool = False,
+        self,
+        resource: kmock.resource,
+        namespace: str | None,
+        body: Mapping[str, Any],
+        *,
+        dry_run: bool = False,
     ) -> dict[str, Any]:
         info = self.info(resource)
         obj: dict[str, Any] = copy.deepcopy(dict(body))
@@ -308,32 +347,60 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if info.namespaced:
             namespace = namespace or meta.get("namespace")
             if meta.get("namespace") and meta["namespace"] != namespace:
-                raise ApiError(400, "BadRequest", "the namespace of the provided object does not match "
-                                                  "the namespace sent on the request")
+                raise ApiError(
+                    400,
+                    "BadRequest",
+                    "the namespace of the provided object does not match "
+                    "the namespace sent on the request",
+                )
             if not namespace:
                 raise ApiError(400, "BadRequest", "the namespace of the object is required")
             meta["namespace"] = namespace
             owner_ns = self.get_object(NAMESPACES, None, namespace)
             if owner_ns is None:
-                raise ApiError(404, "NotFound", f'namespaces "{namespace}" not found',
-                               {"name": namespace, "kind": "namespaces"})
+                raise ApiError(
+                    404,
+                    "NotFound",
+                    f'namespaces "{namespace}" not found',
+                    {"name": namespace, "kind": "namespaces"},
+                )
             if owner_ns["metadata"].get("deletionTimestamp"):
-                raise ApiError(403, "Forbidden", f"unable to create new content in namespace {namespace} "
-                                                 "because it is being terminated")
+                raise ApiError(
+                    403,
+                    "Forbidden",
+                    f"unable to create new content in namespace {namespace} "
+                    "because it is being terminated",
+                )
         else:
             meta.pop("namespace", None)
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = meta["generateName"] + "".join(random.choices(_NAME_ALPHABET, k=5))
         name = meta.get("name")
         if not name:
-            raise ApiError(422, "Invalid", f"{info.kind} is invalid: metadata.name: Required value: "
-                                           "name or generateName is required")
+            raise ApiError(
+                422,
+                "Invalid",
+                f"{info.kind} is invalid: metadata.name: Required value: "
+                "name or generateName is required",
+            )
         key = self._key(resource, namespace, name)
         if key in self._objects and not self._objects[key].deleted:
-            raise ApiError(409, "AlreadyExists", f'{self._qualified(resource)} "{name}" already exists',
-                           {"name": name, "group": resource.group, "kind": resource.plural})
-        for field in ("uid", "resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds",
-                      "creationTimestamp", "generation", "managedFields", "selfLink"):
+            raise ApiError(
+                409,
+                "AlreadyExists",
+                f'{self._qualified(resource)} "{name}" already exists',
+                {"name": name, "group": resource.group, "kind": resource.plural},
+            )
+        for field in (
+            "uid",
+            "resourceVersion",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "creationTimestamp",
+            "generation",
+            "managedFields",
+            "selfLink",
+        ):
             meta.pop(field, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
@@ -365,17 +432,31 @@ class KubeEmulator(kmock.KubernetesEmulator):
         names = crd["spec"]["names"]
         expected = f"{names['plural']}.{crd['spec']['group']}"
         if crd["metadata"]["name"] != expected:
-            raise ApiError(422, "Invalid", f'CustomResourceDefinition.apiextensions.k8s.io "{crd["metadata"]["name"]}"'
-                                           f' is invalid: metadata.name: must be spec.names.plural+"."+spec.group')
+            raise ApiError(
+                422,
+                "Invalid",
+                f'CustomResourceDefinition.apiextensions.k8s.io "{crd["metadata"]["name"]}"'
+                f' is invalid: metadata.name: must be spec.names.plural+"."+spec.group',
+            )
         transition = now_rfc3339()
         crd["status"] = {
             "acceptedNames": {**names, "singular": versions[0].info.singular if versions else ""},
             "storedVersions": [v["name"] for v in crd["spec"]["versions"] if v.get("storage")],
             "conditions": [
-                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                 "message": "no conflicts found", "lastTransitionTime": transition},
-                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                 "message": "the initial names have been accepted", "lastTransitionTime": transition},
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": transition,
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": transition,
+                },
             ],
         }
 
@@ -399,13 +480,19 @@ class KubeEmulator(kmock.KubernetesEmulator):
         new_meta = new.get("metadata") if isinstance(new.get("metadata"), dict) else {}
         old_meta = current["metadata"]
         if new_meta.get("name", name) != name:
-            raise ApiError(400, "BadRequest", "the name of the object does not match the name on the URL")
+            raise ApiError(
+                400, "BadRequest", "the name of the object does not match the name on the URL"
+            )
         wanted_rv = new_meta.get("resourceVersion")
         if wanted_rv and wanted_rv != old_meta.get("resourceVersion"):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {self._qualified(resource)} "{name}": '
-                                            "the object has been modified; please apply your changes to the "
-                                            "latest version and try again",
-                           {"name": name, "group": resource.group, "kind": resource.plural})
+            raise ApiError(
+                409,
+                "Conflict",
+                f'Operation cannot be fulfilled on {self._qualified(resource)} "{name}": '
+                "the object has been modified; please apply your changes to the "
+                "latest version and try again",
+                {"name": name, "group": resource.group, "kind": resource.plural},
+            )
         has_status = "status" in info.subresources
         if subresource == "status" and has_status:
             # Only .status may change through /status: everything else comes from storage.
@@ -416,26 +503,41 @@ class KubeEmulator(kmock.KubernetesEmulator):
             else:
                 new["status"] = status
         elif subresource is not None:
-            raise ApiError(404, "NotFound", f"the server could not find the requested resource ({subresource})")
+            raise ApiError(
+                404, "NotFound", f"the server could not find the requested resource ({subresource})"
+            )
         else:
             if has_status:
                 if "status" in current:
                     new["status"] = current["status"]
                 else:
                     new.pop("status", None)
-            for field in ("uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                          "namespace", "name", "generation"):
+            for field in (
+                "uid",
+                "creationTimestamp",
+                "deletionTimestamp",
+                "deletionGracePeriodSeconds",
+                "namespace",
+                "name",
+                "generation",
+            ):
                 if field in old_meta:
                     new_meta[field] = old_meta[field]
                 else:
                     new_meta.pop(field, None)
             new["metadata"] = new_meta
             if old_meta.get("deletionTimestamp"):
-                added = set(new_meta.get("finalizers") or []) - set(old_meta.get("finalizers") or [])
+                added = set(new_meta.get("finalizers") or []) - set(
+                    old_meta.get("finalizers") or []
+                )
                 if added:
-                    raise ApiError(422, "Invalid", f'{info.kind} "{name}" is invalid: metadata.finalizers: '
-                                                   "Forbidden: no new finalizers can be added if the object "
-                                                   "is being deleted")
+                    raise ApiError(
+                        422,
+                        "Invalid",
+                        f'{info.kind} "{name}" is invalid: metadata.finalizers: '
+                        "Forbidden: no new finalizers can be added if the object "
+                        "is being deleted",
+                    )
         new["apiVersion"], new["kind"] = api_version_of(resource), info.kind
         new["metadata"]["resourceVersion"] = old_meta.get("resourceVersion")
         custom = self._custom.get(resource)
@@ -480,22 +582,29 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 candidate = patching.merge_patch(current, patch)
             elif content_type == patching.STRATEGIC_MERGE_PATCH:
                 if resource in self._custom:
-                    raise ApiError(415, "UnsupportedMediaType",
-                                   "the body of the request was in an unknown format - accepted media types "
-                                   "include: application/json-patch+json, application/merge-patch+json, "
-                                   "application/apply-patch+yaml")
+                    raise ApiError(
+                        415,
+                        "UnsupportedMediaType",
+                        "the body of the request was in an unknown format - accepted media types "
+                        "include: application/json-patch+json, application/merge-patch+json, "
+                        "application/apply-patch+yaml",
+                    )
                 candidate = patching.strategic_merge_patch(current, patch)
             elif content_type == patching.JSON_PATCH:
                 candidate = patching.json_patch(current, patch)
             elif content_type == patching.APPLY_PATCH:
                 candidate = patching.apply_patch(current, patch)
             else:
-                raise ApiError(415, "UnsupportedMediaType", f"unsupported patch type: {content_type}")
+                raise ApiError(
+                    415, "UnsupportedMediaType", f"unsupported patch type: {content_type}"
+                )
         except patching.PatchError as exc:
             raise ApiError(422, "Invalid", str(exc)) from exc
         if not isinstance(candidate, dict):
             raise ApiError(422, "Invalid", "the patch did not produce an object")
-        return self.update_object(resource, namespace, name, candidate, subresource=subresource, dry_run=dry_run)
+        return self.update_object(
+            resource, namespace, name, candidate, subresource=subresource, dry_run=dry_run
+        )
 
     def delete_object(
         self,
@@ -515,15 +624,25 @@ class KubeEmulator(kmock.KubernetesEmulator):
         preconditions = options.get("preconditions") or {}
         for field in ("uid", "resourceVersion"):
             if preconditions.get(field) and preconditions[field] != meta.get(field):
-                raise ApiError(409, "Conflict", f"Precondition failed: {field} in precondition: "
-                                                f"{preconditions[field]}, {field} in object meta: {meta.get(field)}")
-        policy = options.get("propagationPolicy") or ("Orphan" if options.get("orphanDependents") else "Background")
+                raise ApiError(
+                    409,
+                    "Conflict",
+                    f"Precondition failed: {field} in precondition: "
+                    f"{preconditions[field]}, {field} in object meta: {meta.get(field)}",
+                )
+        policy = options.get("propagationPolicy") or (
+            "Orphan" if options.get("orphanDependents") else "Background"
+        )
         if dry_run:
             return current
         if policy == "Orphan":
             self._orphan_dependents(meta["uid"])
         finalizers = list(meta.get("finalizers") or [])
-        if policy == "Foreground" and self._dependents_of(meta["uid"]) and "foregroundDeletion" not in finalizers:
+        if (
+            policy == "Foreground"
+            and self._dependents_of(meta["uid"])
+            and "foregroundDeletion" not in finalizers
+        ):
             finalizers.append("foregroundDeletion")
         if not finalizers and resource != NAMESPACES:
             return self._commit(resource, key, None, "DELETED", current)
@@ -544,8 +663,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return updated
 
     def _not_found(self, resource: kmock.resource, name: str) -> ApiError:
-        return ApiError(404, "NotFound", f'{self._qualified(resource)} "{name}" not found',
-                        {"name": name, "group": resource.group, "kind": resource.plural})
+        return ApiError(
+            404,
+            "NotFound",
+            f'{self._qualified(resource)} "{name}" not found',
+            {"name": name, "group": resource.group, "kind": resource.plural},
+        )
 
     def _qualified(self, resource: kmock.resource) -> str:
         return f"{resource.plural}.{resource.group}" if resource.group else str(resource.plural)
@@ -554,13 +677,16 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     def _dependents_of(self, uid: str) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         return [
-            (key, raw) for key, raw in self._all_live()
+            (key, raw)
+            for key, raw in self._all_live()
             if any(ref.get("uid") == uid for ref in raw["metadata"].get("ownerReferences") or [])
         ]
 
     def _orphan_dependents(self, uid: str) -> None:
         for (resource, namespace, name), raw in self._dependents_of(uid):
-            refs = [ref for ref in raw["metadata"].get("ownerReferences") or [] if ref.get("uid") != uid]
+            refs = [
+                ref for ref in raw["metadata"].get("ownerReferences") or [] if ref.get("uid") != uid
+            ]
             candidate = copy.deepcopy(raw)
             candidate["metadata"]["ownerReferences"] = refs
             self.update_object(resource, namespace, name, candidate)
@@ -591,8 +717,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
             meta = raw["metadata"]
             refs = meta.get("ownerReferences") or []
             if refs and not meta.get("deletionTimestamp"):
-                solid = [r for r in refs if r.get("uid") in by_uid and not _foreground(by_uid[r["uid"]])]
-                waiting = [r for r in refs if r.get("uid") in by_uid and _foreground(by_uid[r["uid"]])]
+                solid = [
+                    r for r in refs if r.get("uid") in by_uid and not _foreground(by_uid[r["uid"]])
+                ]
+                waiting = [
+                    r for r in refs if r.get("uid") in by_uid and _foreground(by_uid[r["uid"]])
+                ]
                 if not solid:
                     policy = "Foreground" if waiting else "Background"
                     self.delete_object(resource, namespace, name, {"propagationPolicy": policy})
@@ -604,15 +734,25 @@ class KubeEmulator(kmock.KubernetesEmulator):
                     return True
             if _foreground(raw) and not self._dependents_of(meta["uid"]):
                 candidate = copy.deepcopy(raw)
-                candidate["metadata"]["finalizers"] = [f for f in meta["finalizers"] if f != "foregroundDeletion"]
+                candidate["metadata"]["finalizers"] = [
+                    f for f in meta["finalizers"] if f != "foregroundDeletion"
+                ]
                 self.update_object(resource, namespace, name, candidate)
                 return True
-            if resource == NAMESPACES and meta.get("deletionTimestamp") and self._finalize_namespace(name, raw):
+            if (
+                resource == NAMESPACES
+                and meta.get("deletionTimestamp")
+                and self._finalize_namespace(name, raw)
+            ):
                 return True
         return False
 
     def _finalize_namespace(self, namespace: str, raw: dict[str, Any]) -> bool:
-        content = [(key, obj) for key, obj in self._all_live() if key[1] == namespace and key[0] != NAMESPACES]
+        content = [
+            (key, obj)
+            for key, obj in self._all_live()
+            if key[1] == namespace and key[0] != NAMESPACES
+        ]
         changed = False
         for (resource, ns, name), obj in content:
             if not obj["metadata"].get("deletionTimestamp"):
@@ -631,7 +771,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         except ApiError as exc:
             return kmock.Response(status=exc.code, payload=exc.status())
         except (selectors.SelectorError, yaml.YAMLError, json.JSONDecodeError) as exc:
-            return kmock.Response(status=400, payload=ApiError(400, "BadRequest", str(exc)).status())
+            return kmock.Response(
+                status=400, payload=ApiError(400, "BadRequest", str(exc)).status()
+            )
 
     async def _route(self, request: kmock.Request) -> kmock.Response:
         path = request.url.path.rstrip("/") or "/"
@@ -673,26 +815,53 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 raise self._not_found(target.resource, target.name or "")
             return self._object_response(target, obj, accept, params)
         if method == "POST" and target.name is None:
-            return _json(self.create_object(target.resource, target.namespace, _body(request), dry_run=dry_run),
-                         status=201)
+            return _json(
+                self.create_object(
+                    target.resource, target.namespace, _body(request), dry_run=dry_run
+                ),
+                status=201,
+            )
         if method == "PUT" and target.name is not None:
-            return _json(self.update_object(target.resource, target.namespace, target.name, _body(request),
-                                            subresource=target.subresource, dry_run=dry_run))
+            return _json(
+                self.update_object(
+                    target.resource,
+                    target.namespace,
+                    target.name,
+                    _body(request),
+                    subresource=target.subresource,
+                    dry_run=dry_run,
+                )
+            )
         if method == "PATCH" and target.name is not None:
             content_type = request.headers.get("Content-Type", "").split(";")[0].strip()
-            return _json(self.patch_object(target.resource, target.namespace, target.name, _body(request),
-                                           content_type=content_type, subresource=target.subresource,
-                                           dry_run=dry_run))
+            return _json(
+                self.patch_object(
+                    target.resource,
+                    target.namespace,
+                    target.name,
+                    _body(request),
+                    content_type=content_type,
+                    subresource=target.subresource,
+                    dry_run=dry_run,
+                )
+            )
         if method == "DELETE" and target.name is not None:
             options = dict(_body(request, default={}))
             for field in ("propagationPolicy", "gracePeriodSeconds"):
                 if field in params:
                     options[field] = params[field]
-            return _json(self.delete_object(target.resource, target.namespace, target.name, options,
-                                            dry_run=dry_run))
+            return _json(
+                self.delete_object(
+                    target.resource, target.namespace, target.name, options, dry_run=dry_run
+                )
+            )
         if method == "DELETE":
             return self._delete_collection(target, params, dry_run=dry_run)
-        raise ApiError(405, "MethodNotAllowed", f"the server does not allow this method on the requested resource")
+        raise ApiError(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
 
     def _parse_target(self, parts: list[str]) -> Target | None:
         if parts[0] == "api" and len(parts) >= 3:
@@ -711,13 +880,19 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return Target(resource, namespace, name, subresource)
 
     def _object_response(
-        self, target: Target, obj: dict[str, Any], accept: str, params: Mapping[str, str],
+        self,
+        target: Target,
+        obj: dict[str, Any],
+        accept: str,
+        params: Mapping[str, str],
     ) -> kmock.Response:
         if "as=Table" in accept:
             return _json(self._table([obj], target.resource, params))
         return _json(obj)
 
-    def _select(self, target: Target, params: Mapping[str, str]) -> Callable[[Mapping[str, Any]], bool]:
+    def _select(
+        self, target: Target, params: Mapping[str, str]
+    ) -> Callable[[Mapping[str, Any]], bool]:
         by_label = selectors.label_selector(params.get("labelSelector"))
         by_field = selectors.field_selector(params.get("fieldSelector"))
         name = target.name
@@ -732,40 +907,65 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
         return predicate
 
-    def _list_response(self, target: Target, params: Mapping[str, str], accept: str) -> kmock.Response:
+    def _list_response(
+        self, target: Target, params: Mapping[str, str], accept: str
+    ) -> kmock.Response:
         items = self.list_objects(target.resource, target.namespace, self._select(target, params))
         if "as=Table" in accept:
             return _json(self._table(items, target.resource, params))
         info = self.info(target.resource)
         custom = self._custom.get(target.resource)
-        if custom is None:  # built-in lists carry kind/apiVersion on the list only, as the real server does
+        if (
+            custom is None
+        ):  # built-in lists carry kind/apiVersion on the list only, as the real server does
             for item in items:
                 item.pop("kind", None)
                 item.pop("apiVersion", None)
-        return _json({
-            "kind": custom.list_kind if custom else f"{info.kind}List",
-            "apiVersion": api_version_of(target.resource),
-            "metadata": {"resourceVersion": str(self._revision)},
-            "items": items,
-        })
+        return _json(
+            {
+                "kind": custom.list_kind if custom else f"{info.kind}List",
+                "apiVersion": api_version_of(target.resource),
+                "metadata": {"resourceVersion": str(self._revision)},
+                "items": items,
+            }
+        )
 
-    def _table(self, objects: list[dict[str, Any]], resource: kmock.resource, params: Mapping[str, str]) -> dict[str, Any]:
+    def _table(
+        self, objects: list[dict[str, Any]], resource: kmock.resource, params: Mapping[str, str]
+    ) -> dict[str, Any]:
         custom = self._custom.get(resource)
-        columns = printing.columns_for(resource.group or "", resource.plural or "",
-                                       custom.printer_columns if custom else None)
-        return printing.table(objects, columns=columns, resource_version=str(self._revision),
-                              include_object=params.get("includeObject", "Metadata"))
+        columns = printing.columns_for(
+            resource.group or "", resource.plural or "", custom.printer_columns if custom else None
+        )
+        return printing.table(
+            objects,
+            columns=columns,
+            resource_version=str(self._revision),
+            include_object=params.get("includeObject", "Metadata"),
+        )
 
-    def _delete_collection(self, target: Target, params: Mapping[str, str], *, dry_run: bool) -> kmock.Response:
+    def _delete_collection(
+        self, target: Target, params: Mapping[str, str], *, dry_run: bool
+    ) -> kmock.Response:
         items = self.list_objects(target.resource, target.namespace, self._select(target, params))
         deleted = [
-            self.delete_object(target.resource, item["metadata"].get("namespace"), item["metadata"]["name"],
-                               dry_run=dry_run)
+            self.delete_object(
+                target.resource,
+                item["metadata"].get("namespace"),
+                item["metadata"]["name"],
+                dry_run=dry_run,
+            )
             for item in items
         ]
         info = self.info(target.resource)
-        return _json({"kind": f"{info.kind}List", "apiVersion": api_version_of(target.resource),
-                      "metadata": {"resourceVersion": str(self._revision)}, "items": deleted})
+        return _json(
+            {
+                "kind": f"{info.kind}List",
+                "apiVersion": api_version_of(target.resource),
+                "metadata": {"resourceVersion": str(self._revision)},
+                "items": deleted,
+            }
+        )
 
     # ------------------------------------------------------------------ watch
 
@@ -773,8 +973,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
         params = request.params
         timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
         as_table = "as=Table" in request.headers.get("Accept", "")
-        stream = self._watch_stream(request, target, self._select(target, params), params, timeout, as_table)
-        return kmock.Response(status=200, headers={"Content-Type": "application/json"}, payload=stream)
+        stream = self._watch_stream(
+            request, target, self._select(target, params), params, timeout, as_table
+        )
+        return kmock.Response(
+            status=200, headers={"Content-Type": "application/json"}, payload=stream
+        )
 
     async def _watch_stream(
         self,
@@ -795,20 +999,35 @@ class KubeEmulator(kmock.KubernetesEmulator):
         try:
             backlog: list[tuple[str, dict[str, Any]]] = []
             if initial_events or since in ("", "0"):
-                backlog = [("ADDED", obj) for obj in self.list_objects(target.resource, target.namespace, predicate)]
+                backlog = [
+                    ("ADDED", obj)
+                    for obj in self.list_objects(target.resource, target.namespace, predicate)
+                ]
             else:
                 start = int(since)
-                backlog = [(t, o) for e in self._log if e.revision > start and e.resource == target.resource
-                           for t, o in [_transition(e, predicate)] if t]
+                backlog = [
+                    (t, o)
+                    for e in self._log
+                    if e.revision > start and e.resource == target.resource
+                    for t, o in [_transition(e, predicate)]
+                    if t
+                ]
             bookmark_rv = str(self._revision)
-            yield b""  # send the headers now, so clients see an open stream even when nothing happens
+            yield b""  # send the headers now: clients see an open stream even if nothing happens
             for event_type, obj in backlog:
                 yield self._watch_item(event_type, obj, target, params, as_table)
             if initial_events:
-                yield {"type": "BOOKMARK", "object": {
-                    "kind": self.info(target.resource).kind, "apiVersion": api_version_of(target.resource),
-                    "metadata": {"resourceVersion": bookmark_rv,
-                                 "annotations": {"k8s.io/initial-events-end": "true"}}}}
+                yield {
+                    "type": "BOOKMARK",
+                    "object": {
+                        "kind": self.info(target.resource).kind,
+                        "apiVersion": api_version_of(target.resource),
+                        "metadata": {
+                            "resourceVersion": bookmark_rv,
+                            "annotations": {"k8s.io/initial-events-end": "true"},
+                        },
+                    },
+                }
             while True:
                 wait = 1.0 if deadline is None else min(1.0, deadline - loop.time())
                 if wait <= 0:
@@ -816,7 +1035,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
                 try:
                     event = await asyncio.wait_for(queue.get(), timeout=wait)
                 except TimeoutError:
-                    transport = request._raw_request.transport if request._raw_request is not None else None
+                    transport = (
+                        request._raw_request.transport if request._raw_request is not None else None
+                    )
                     if transport is None or transport.is_closing():
                         return  # the client went away
                     continue
@@ -831,7 +1052,12 @@ class KubeEmulator(kmock.KubernetesEmulator):
             self._watchers.discard(queue)
 
     def _watch_item(
-        self, event_type: str, obj: dict[str, Any], target: Target, params: Mapping[str, str], as_table: bool,
+        self,
+        event_type: str,
+        obj: dict[str, Any],
+        target: Target,
+        params: Mapping[str, str],
+        as_table: bool,
     ) -> dict[str, Any]:
         obj = copy.deepcopy(obj)
         if as_table:
@@ -863,62 +1089,102 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if not versions or not group:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
-        return {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": entries,
-                "preferredVersion": entries[0]}
+        return {
+            "kind": "APIGroup",
+            "apiVersion": "v1",
+            "name": group,
+            "versions": entries,
+            "preferredVersion": entries[0],
+        }
 
     def _resource_list(self, group: str, version: str) -> dict[str, Any]:
-        resources = sorted((r for r in self._resources if r.group == group and r.version == version),
-                           key=lambda r: r.plural or "")
+        resources = sorted(
+            (r for r in self._resources if r.group == group and r.version == version),
+            key=lambda r: r.plural or "",
+        )
         if not resources:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         entries: list[dict[str, Any]] = []
         for resource in resources:
             info = self._resources[resource]
-            entries.append({
-                "name": resource.plural, "singularName": info.singular or "", "namespaced": bool(info.namespaced),
-                "kind": info.kind, "verbs": sorted(info.verbs), "shortNames": sorted(info.shortnames),
-                "categories": sorted(info.categories),
-            })
+            entries.append(
+                {
+                    "name": resource.plural,
+                    "singularName": info.singular or "",
+                    "namespaced": bool(info.namespaced),
+                    "kind": info.kind,
+                    "verbs": sorted(info.verbs),
+                    "shortNames": sorted(info.shortnames),
+                    "categories": sorted(info.categories),
+                }
+            )
             for sub in sorted(info.subresources):
-                entries.append({
-                    "name": f"{resource.plural}/{sub}", "singularName": "", "namespaced": bool(info.namespaced),
-                    "kind": info.kind, "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
-                })
-        return {"kind": "APIResourceList", "apiVersion": "v1",
-                "groupVersion": f"{group}/{version}" if group else version, "resources": entries}
+                entries.append(
+                    {
+                        "name": f"{resource.plural}/{sub}",
+                        "singularName": "",
+                        "namespaced": bool(info.namespaced),
+                        "kind": info.kind,
+                        "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
+                    }
+                )
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": entries,
+        }
 
     def _aggregated_group(self, group: str, versions: list[str]) -> dict[str, Any]:
         result = []
         for version in versions:
             resources = []
-            for resource in sorted((r for r in self._resources if r.group == group and r.version == version),
-                                   key=lambda r: r.plural or ""):
+            for resource in sorted(
+                (r for r in self._resources if r.group == group and r.version == version),
+                key=lambda r: r.plural or "",
+            ):
                 info = self._resources[resource]
                 kind = {"group": group, "version": version, "kind": info.kind}
-                resources.append({
-                    "resource": resource.plural, "responseKind": kind,
-                    "scope": "Namespaced" if info.namespaced else "Cluster",
-                    "singularResource": info.singular or "", "verbs": sorted(info.verbs),
-                    "shortNames": sorted(info.shortnames), "categories": sorted(info.categories),
-                    "subresources": [
-                        {"subresource": sub, "responseKind": kind, "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"])}
-                        for sub in sorted(info.subresources)
-                    ],
-                })
+                resources.append(
+                    {
+                        "resource": resource.plural,
+                        "responseKind": kind,
+                        "scope": "Namespaced" if info.namespaced else "Cluster",
+                        "singularResource": info.singular or "",
+                        "verbs": sorted(info.verbs),
+                        "shortNames": sorted(info.shortnames),
+                        "categories": sorted(info.categories),
+                        "subresources": [
+                            {
+                                "subresource": sub,
+                                "responseKind": kind,
+                                "verbs": _SUBRESOURCE_VERBS.get(sub, ["get"]),
+                            }
+                            for sub in sorted(info.subresources)
+                        ],
+                    }
+                )
             result.append({"version": version, "resources": resources, "freshness": "Current"})
         return {"metadata": {"name": group}, "versions": result}
 
     def _aggregated(self, accept: str, groups: dict[str, list[str]]) -> kmock.Response | None:
         for version in ("v2", "v2beta1"):
-            if f"g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList" in accept.replace(" ", ""):
-                body = {"kind": "APIGroupDiscoveryList", "apiVersion": f"apidiscovery.k8s.io/{version}",
-                        "metadata": {}, "items": [self._aggregated_group(g, vs) for g, vs in groups.items()]}
+            if f"g=apidiscovery.k8s.io;v={version};as=APIGroupDiscoveryList" in accept.replace(
+                " ", ""
+            ):
+                body = {
+                    "kind": "APIGroupDiscoveryList",
+                    "apiVersion": f"apidiscovery.k8s.io/{version}",
+                    "metadata": {},
+                    "items": [self._aggregated_group(g, vs) for g, vs in groups.items()],
+                }
                 return _json(body, content_type=_AGGREGATED_TYPE.format(version=version))
         return None
 
     def _openapi_index(self) -> dict[str, Any]:
-        # kubectl reads OpenAPI v3 for one thing only: whether PATCH accepts ?fieldValidation, to pick
-        # server-side validation. Without it, `kubectl apply` fails ("failed to download openapi").
+        # kubectl reads OpenAPI v3 for one thing only: whether PATCH accepts ?fieldValidation,
+        # to pick server-side validation. Without it, `kubectl apply` fails
+        # ("failed to download openapi").
         paths = {}
         for group, versions in self._groups().items():
             for version in versions:
@@ -937,34 +1203,52 @@ class KubeEmulator(kmock.KubernetesEmulator):
             scope = "/namespaces/{namespace}" if info.namespaced else ""
             gvk = {"group": group, "version": version, "kind": info.kind}
             operation = {
-                "x-kubernetes-group-version-kind": gvk, "x-kubernetes-action": "patch",
-                "parameters": [{"name": name, "in": "query", "schema": {"type": "string"}}
-                               for name in ("dryRun", "fieldManager", "fieldValidation", "force")],
+                "x-kubernetes-group-version-kind": gvk,
+                "x-kubernetes-action": "patch",
+                "parameters": [
+                    {"name": name, "in": "query", "schema": {"type": "string"}}
+                    for name in ("dryRun", "fieldManager", "fieldValidation", "force")
+                ],
                 "responses": {"200": {"description": "OK"}},
             }
             paths[f"/{prefix}{scope}/{resource.plural}/{{name}}"] = {"patch": operation}
         if not paths:
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
-        return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": self.server_version["gitVersion"]},
-                "paths": paths, "components": {"schemas": {}}}
+        return {
+            "openapi": "3.0.0",
+            "info": {"title": "Kubernetes", "version": self.server_version["gitVersion"]},
+            "paths": paths,
+            "components": {"schemas": {}},
+        }
 
     def _discovery_api(self, accept: str) -> kmock.Response:
         aggregated = self._aggregated(accept, {"": self._groups()[""]})
-        return aggregated or _json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []})
+        return aggregated or _json(
+            {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+        )
 
     def _discovery_apis(self, accept: str) -> kmock.Response:
         groups = {g: vs for g, vs in self._groups().items() if g}
         aggregated = self._aggregated(accept, groups)
-        return aggregated or _json({"kind": "APIGroupList", "apiVersion": "v1",
-                                    "groups": [self._api_group(g) for g in groups]})
+        return aggregated or _json(
+            {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [self._api_group(g) for g in groups],
+            }
+        )
 
 
 def _foreground(raw: Mapping[str, Any]) -> bool:
     meta = raw.get("metadata", {})
-    return bool(meta.get("deletionTimestamp")) and "foregroundDeletion" in (meta.get("finalizers") or [])
+    return bool(meta.get("deletionTimestamp")) and "foregroundDeletion" in (
+        meta.get("finalizers") or []
+    )
 
 
-def _transition(event: WatchEvent, predicate: Callable[[Mapping[str, Any]], bool]) -> tuple[str, dict[str, Any]]:
+def _transition(
+    event: WatchEvent, predicate: Callable[[Mapping[str, Any]], bool]
+) -> tuple[str, dict[str, Any]]:
     """How a change looks to a filtered watch: entering the filter is ADDED, leaving it DELETED."""
     now = predicate(event.object)
     before = event.old is not None and predicate(event.old)
@@ -979,7 +1263,9 @@ def _transition(event: WatchEvent, predicate: Callable[[Mapping[str, Any]], bool
     return "", event.object
 
 
-def _json(payload: Any, *, status: int = 200, content_type: str = "application/json") -> kmock.Response:
+def _json(
+    payload: Any, *, status: int = 200, content_type: str = "application/json"
+) -> kmock.Response:
     body = json.dumps(payload).encode("utf-8")
     return kmock.Response(status=status, headers={"Content-Type": content_type}, payload=body)
 

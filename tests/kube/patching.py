@@ -99,9 +99,7 @@ def _smp_map(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, A
             doomed = value if isinstance(value, list) else []
             result[field] = [item for item in result.get(field, []) if item not in doomed]
             continue
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, Mapping) and value.get("$patch") == "delete":
+        if value is None or (isinstance(value, Mapping) and value.get("$patch") == "delete"):
             result.pop(key, None)
         elif isinstance(value, Mapping):
             current = result.get(key)
@@ -118,7 +116,12 @@ def _smp_list(field: str, target: Any, patch: list[Any]) -> list[Any]:
     if field in _MERGED_SCALAR_LISTS:
         return current + [item for item in patch if item not in current]
     merge_key = _MERGE_KEYS.get(field)
-    if field == "ports" and patch and isinstance(patch[0], Mapping) and "containerPort" not in patch[0]:
+    if (
+        field == "ports"
+        and patch
+        and isinstance(patch[0], Mapping)
+        and "containerPort" not in patch[0]
+    ):
         merge_key = "port"
     if merge_key is None or not all(isinstance(item, Mapping) for item in patch):
         return [item for item in copy.deepcopy(patch) if item != {"$patch": "replace"}]
@@ -127,8 +130,11 @@ def _smp_list(field: str, target: Any, patch: list[Any]) -> list[Any]:
     for item in patch:
         key_value = item.get(merge_key)
         index = next(
-            (i for i, old in enumerate(current)
-             if isinstance(old, Mapping) and old.get(merge_key) == key_value),
+            (
+                i
+                for i, old in enumerate(current)
+                if isinstance(old, Mapping) and old.get(merge_key) == key_value
+            ),
             None,
         )
         if item.get("$patch") == "delete":

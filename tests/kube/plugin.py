@@ -1,6 +1,6 @@
 """pytest fixtures for the emulated Kubernetes API (import them in a conftest.py).
 
-    from kube.plugin import kube_api, kube_api_factory, kube_crd_paths, kubectl  # noqa: F401
+    from tests.kube.plugin import kube_api, kube_api_factory, kube_crd_paths, kubectl  # noqa: F401
 
 Each test gets a fresh server (starting one takes a few milliseconds, cheaper
 than resetting shared state and safer: no watch of a previous test's operator
@@ -29,12 +29,16 @@ def kube_crd_paths() -> list[pathlib.Path]:
 
 
 @pytest.fixture
-def kube_api_factory(tmp_path: pathlib.Path, kube_crd_paths: list[pathlib.Path]) -> Iterator[Callable[[str], KubeAPI]]:
+def kube_api_factory(
+    tmp_path: pathlib.Path, kube_crd_paths: list[pathlib.Path]
+) -> Iterator[Callable[[str], KubeAPI]]:
     """Start more emulated clusters (``factory("east")``); all are stopped after the test."""
     started: list[KubeAPI] = []
 
     def factory(name: str = "kmock") -> KubeAPI:
-        api = KubeAPI(workdir=tmp_path / f"kube-{name}", crd_paths=kube_crd_paths, name=name).start()
+        api = KubeAPI(
+            workdir=tmp_path / f"kube-{name}", crd_paths=kube_crd_paths, name=name
+        ).start()
         started.append(api)
         return api
 
@@ -45,7 +49,7 @@ def kube_api_factory(tmp_path: pathlib.Path, kube_crd_paths: list[pathlib.Path])
 
 @pytest.fixture
 def kube_api(kube_api_factory: Callable[[str], KubeAPI]) -> KubeAPI:
-    """A fresh emulated cluster: ``.url``, ``.kubeconfig``, ``.get/.list/.create/.patch/.delete/.wait_for``."""
+    """A fresh emulated cluster: ``.url``, ``.kubeconfig``, ``.get/.create/.patch/.wait_for``..."""
     return kube_api_factory("kmock")
 
 

@@ -16,12 +16,19 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 NAME_COLUMN = {
-    "name": "Name", "type": "string", "format": "name", "priority": 0,
+    "name": "Name",
+    "type": "string",
+    "format": "name",
+    "priority": 0,
     "description": "Name must be unique within a namespace.",
 }
 AGE_COLUMN = {
-    "name": "Age", "type": "date", "format": "", "priority": 0, "jsonPath": ".metadata.creationTimestamp",
-    "description": "CreationTimestamp is a timestamp representing the server time when this object was created.",
+    "name": "Age",
+    "type": "date",
+    "format": "",
+    "priority": 0,
+    "jsonPath": ".metadata.creationTimestamp",
+    "description": "CreationTimestamp is the server time when this object was created.",
 }
 
 _BUILTIN_COLUMNS: dict[tuple[str, str], list[dict[str, Any]]] = {
@@ -131,7 +138,9 @@ def _cell(obj: Mapping[str, Any], column: Mapping[str, Any], now: datetime.datet
     return value
 
 
-def columns_for(group: str, plural: str, printer_columns: Sequence[Mapping[str, Any]] | None) -> list[dict[str, Any]]:
+def columns_for(
+    group: str, plural: str, printer_columns: Sequence[Mapping[str, Any]] | None
+) -> list[dict[str, Any]]:
     """The columns of a resource: the CRD's own, or a few well-known built-in ones, then Age."""
     if printer_columns is not None:
         columns = [dict(c) for c in printer_columns] or [dict(AGE_COLUMN)]

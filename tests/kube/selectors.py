@@ -96,7 +96,9 @@ def field_selector(text: str | None) -> Selector:
             raise SelectorError(f"invalid field selector: {part!r}")
         path, op, value = match["key"], match["op"], match["value"]
 
-        def check(obj: Mapping[str, Any], path: str = path, op: str = op, value: str = value) -> bool:
+        def check(
+            obj: Mapping[str, Any], path: str = path, op: str = op, value: str = value
+        ) -> bool:
             actual = field_value(obj, path) or ""
             return actual != value if op == "!=" else actual == value
 

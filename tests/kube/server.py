@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import pathlib
 import threading
 import time
@@ -40,7 +41,9 @@ class KubeAPI:
     ``"jobschedules.jobwarden.io"``) or given as ``kmock.resource``.
     """
 
-    def __init__(self, *, workdir: pathlib.Path, crd_paths: Iterable[pathlib.Path] = (), name: str = "kmock"):
+    def __init__(
+        self, *, workdir: pathlib.Path, crd_paths: Iterable[pathlib.Path] = (), name: str = "kmock"
+    ):
         self.workdir = workdir
         self.name = name
         self._crd_paths = list(crd_paths)
@@ -108,6 +111,9 @@ class KubeAPI:
                 emulator.close_watches()
                 await runner.cleanup()
 
+    def _moved_since(self, seen: int) -> bool:
+        return self._changes != seen
+
     def _notify(self) -> None:
         with self._changed:
             self._changes += 1
@@ -138,8 +144,12 @@ class KubeAPI:
             "kind": "Config",
             "clusters": [{"name": self.name, "cluster": {"server": self.url}}],
             "users": [{"name": self.name, "user": {"token": "kmock-test-token"}}],
-            "contexts": [{"name": self.name, "context": {
-                "cluster": self.name, "user": self.name, "namespace": "default"}}],
+            "contexts": [
+                {
+                    "name": self.name,
+                    "context": {"cluster": self.name, "user": self.name, "namespace": "default"},
+                }
+            ],
             "current-context": self.name,
         }
         self.kubeconfig.write_text(yaml.safe_dump(config), encoding="utf-8")
@@ -163,16 +173,24 @@ class KubeAPI:
     def resource(self, ref: ResourceRef) -> kmock.resource:
         return ref if isinstance(ref, kmock.resource) else self.call(self.emulator.resolve, ref)
 
-    def get(self, resource: ResourceRef, name: str, namespace: str | None = "default") -> dict[str, Any] | None:
+    def get(
+        self, resource: ResourceRef, name: str, namespace: str | None = "default"
+    ) -> dict[str, Any] | None:
         """The stored object, or ``None`` if it does not exist."""
         return self.call(self.emulator.get_object, self.resource(resource), namespace, name)
 
     def list(
-        self, resource: ResourceRef, namespace: str | None = None, *, labels: str | None = None,
+        self,
+        resource: ResourceRef,
+        namespace: str | None = None,
+        *,
+        labels: str | None = None,
     ) -> list[dict[str, Any]]:
         from .selectors import label_selector
 
-        return self.call(self.emulator.list_objects, self.resource(resource), namespace, label_selector(labels))
+        return self.call(
+            self.emulator.list_objects, self.resource(resource), namespace, label_selector(labels)
+        )
 
     def create(self, obj: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
         """Create an object from a manifest (its apiVersion/kind pick the resource)."""
@@ -190,23 +208,45 @@ class KubeAPI:
         subresource: str | None = None,
         content_type: str = patching.MERGE_PATCH,
     ) -> dict[str, Any]:
-        return self.call(lambda: self.emulator.patch_object(
-            self.emulator.resolve(resource) if isinstance(resource, str) else resource,
-            namespace, name, patch, content_type=content_type, subresource=subresource))
+        return self.call(
+            lambda: self.emulator.patch_object(
+                self.emulator.resolve(resource) if isinstance(resource, str) else resource,
+                namespace,
+                name,
+                patch,
+                content_type=content_type,
+                subresource=subresource,
+            )
+        )
 
     def delete(
-        self, resource: ResourceRef, name: str, namespace: str | None = "default", *, propagation: str | None = None,
+        self,
+        resource: ResourceRef,
+        name: str,
+        namespace: str | None = "default",
+        *,
+        propagation: str | None = None,
     ) -> dict[str, Any]:
         options = {"propagationPolicy": propagation} if propagation else {}
-        return self.call(self.emulator.delete_object, self.resource(resource), namespace, name, options)
+        return self.call(
+            self.emulator.delete_object, self.resource(resource), namespace, name, options
+        )
 
-    def events(self, namespace: str | None = None, *, involved: str | None = None) -> list[dict[str, Any]]:
+    def events(
+        self, namespace: str | None = None, *, involved: str | None = None
+    ) -> list[dict[str, Any]]:
         """Core v1 Events, optionally only those about the object named ``involved``."""
         events = self.list("v1/events", namespace)
-        return [e for e in events if involved is None or e.get("involvedObject", {}).get("name") == involved]
+        return [
+            e
+            for e in events
+            if involved is None or e.get("involvedObject", {}).get("name") == involved
+        ]
 
-    def wait(self, probe: Callable[[], T], *, timeout: float = 10.0, what: str = "a condition") -> T:
-        """Return ``probe()`` once it is truthy; re-check after every change, fail at the deadline."""
+    def wait(
+        self, probe: Callable[[], T], *, timeout: float = 10.0, what: str = "a condition"
+    ) -> T:
+        """Return ``probe()`` once truthy; re-check after every change, fail at the deadline."""
         deadline = time.monotonic() + timeout
         while True:
             with self._changed:
@@ -217,8 +257,12 @@ class KubeAPI:
             with self._changed:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TimeoutError(f"timed out after {timeout} s waiting for {what}; last value: {value!r}")
-                self._changed.wait_for(lambda: self._changes != seen, timeout=remaining)
+                    raise TimeoutError(
+                        f"timed out after {timeout} s waiting for {what}; last value: {value!r}"
+                    )
+                self._changed.wait_for(
+                    functools.partial(self._moved_since, seen), timeout=remaining
+                )
 
     def wait_for(
         self,
@@ -230,16 +274,26 @@ class KubeAPI:
         timeout: float = 10.0,
     ) -> dict[str, Any]:
         """The object once it exists and satisfies ``condition``."""
+
         def probe() -> dict[str, Any] | None:
             obj = self.get(resource, name, namespace)
             return obj if obj is not None and condition(obj) else None
 
         return self.wait(probe, timeout=timeout, what=f"{resource} {namespace}/{name}")
 
-    def wait_gone(self, resource: ResourceRef, name: str, namespace: str | None = "default",
-                  *, timeout: float = 10.0) -> None:
-        self.wait(lambda: self.get(resource, name, namespace) is None, timeout=timeout,
-                  what=f"{resource} {namespace}/{name} to disappear")
+    def wait_gone(
+        self,
+        resource: ResourceRef,
+        name: str,
+        namespace: str | None = "default",
+        *,
+        timeout: float = 10.0,
+    ) -> None:
+        self.wait(
+            lambda: self.get(resource, name, namespace) is None,
+            timeout=timeout,
+            what=f"{resource} {namespace}/{name} to disappear",
+        )
 
     def add_crds(self, *paths: pathlib.Path) -> list[dict[str, Any]]:
         """Create the CRDs in these YAML files or directories, as ``kubectl apply`` would."""

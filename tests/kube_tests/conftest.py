@@ -5,7 +5,8 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from kube.plugin import CRD_DIR, kube_api, kube_api_factory, kubectl
+
+from tests.kube.plugin import CRD_DIR, kube_api, kube_api_factory, kubectl
 
 __all__ = ["kube_api", "kube_api_factory", "kube_crd_paths", "kubectl"]
 
