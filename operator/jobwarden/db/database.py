@@ -103,10 +103,12 @@ class Database:
             raise errors.ConfigurationError(f"invalid DSN: {_first_line(exc)}") from exc
         self.pool.open(wait=False)
         # Table modules, imported here to avoid import cycles at package import.
+        from jobwarden.db import hosts as _hosts
         from jobwarden.db import jobs as _jobs
         from jobwarden.db import leases as _leases
 
         self.jobs = _jobs.JobsTable(self)
+        self.hosts = _hosts.HostsTable(self)
         self.leases = _leases.LeasesTable(self)
 
     # -- lifecycle -----------------------------------------------------------------

@@ -111,11 +111,28 @@ class JobsTable:
         return [r for r in results if r is not None]
 
     def claim(self, *, host: str, limit: int, grace_seconds: float,
-              queues: Sequence[str] | None = None) -> list[ClaimedJob]:
+              queues: Sequence[str] | None = None, host_cap: bool = False) -> list[ClaimedJob]:
+        """Claim up to ``limit`` due jobs for ``host``.
+
+        With ``host_cap`` the claim goes through the host registry: the host's row
+        is locked first, so nothing is claimed while it drains (or is not
+        registered) and at most cap - running across every process on the host.
+        """
         if limit <= 0:
             return []
-        params = {"host": host, "limit": limit, "grace": grace_seconds}
-        if queues:
+        params: dict[str, Any] = {"host": host, "limit": limit, "grace": grace_seconds}
+        if host_cap:
+            with self._db.transaction() as conn:
+                gate = self._db.row("host_claim_lock", {"host": host}, conn=conn)
+                if gate is None or gate[1]:
+                    return []
+                params["cap"] = gate[0]
+                if queues:
+                    rows = self._db.rows("job_claim_capped_queues",
+                                         {**params, "queues": list(queues)}, conn=conn)
+                else:
+                    rows = self._db.rows("job_claim_capped_any", params, conn=conn)
+        elif queues:
             rows = self._db.rows("job_claim_queues", {**params, "queues": list(queues)})
         else:
             rows = self._db.rows("job_claim_any", params)

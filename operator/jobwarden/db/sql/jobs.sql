@@ -217,3 +217,57 @@ SELECT queue, status::text, count(*) FROM {schema}.jobs GROUP BY queue, status O
 
 -- name: db_now
 SELECT now();
+
+-- name: job_claim_capped_queues
+-- The claim under the host registry's per-host cap. Runs in a transaction right
+-- after host_claim_lock (hosts.sql) locked this host's row, so this statement's
+-- snapshot already contains every claim a sibling process on the same host
+-- committed: at most cap - running rows are claimed, across all of them.
+-- %(cap)s NULL = no cap.
+WITH running AS (
+    SELECT count(*) AS n FROM {schema}.jobs
+    WHERE status = 'processing' AND claimed_by = %(host)s
+),
+picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT greatest(least(%(limit)s::bigint,
+                         coalesce(%(cap)s::bigint - (SELECT n FROM running), %(limit)s::bigint)),
+                   0)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_uuid(),
+    claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
+    claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
+    updated_at = now()
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
+          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
+          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait;
+
+-- name: job_claim_capped_any
+-- As job_claim_capped_queues, over every queue.
+WITH running AS (
+    SELECT count(*) AS n FROM {schema}.jobs
+    WHERE status = 'processing' AND claimed_by = %(host)s
+),
+picked AS (
+    SELECT id FROM {schema}.jobs
+    WHERE status = 'pending' AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT greatest(least(%(limit)s::bigint,
+                         coalesce(%(cap)s::bigint - (SELECT n FROM running), %(limit)s::bigint)),
+                   0)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.jobs AS j
+SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_uuid(),
+    claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
+    claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
+    updated_at = now()
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
+          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
+          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait;
