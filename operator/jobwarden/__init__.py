@@ -19,6 +19,7 @@ from jobwarden.errors import (
     SchemaMissing,
     UnknownJob,
 )
+from jobwarden.leases import Lease, LeaseBusy, LeaseEvent, LeaseLost, literal
 from jobwarden.structs.states import JobStatus
 
 __all__ = [
@@ -34,7 +35,12 @@ __all__ = [
     "JobStatus",
     "JobTimeout",
     "JobwardenError",
+    "Lease",
+    "LeaseBusy",
+    "LeaseEvent",
+    "LeaseLost",
     "SchemaMissing",
     "UnknownJob",
     "job",
+    "literal",
 ]

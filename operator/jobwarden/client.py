@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from jobwarden import definitions, errors, metrics, settings
+from jobwarden import definitions, errors, leases, metrics, settings
 from jobwarden.db.database import Database
 from jobwarden.structs.jobs import EnqueueResult, JobRecord, JobSpec
 from jobwarden.structs.states import TERMINAL, JobStatus
@@ -75,6 +75,9 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    #: ``client.lease(name, *, ttl, wait=0, on_busy="fail", ...)``: see jobwarden.leases.
+    lease = leases.lease
 
     # -- enqueue -------------------------------------------------------------------
 

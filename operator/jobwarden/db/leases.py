@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from jobwarden import errors
-from jobwarden.structs.leases import Acquisition, HeldLease, LeaseRecord
+from jobwarden.structs.leases import Acquisition, HeldLease, LeaseRecord, Renewal
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Database, Listener, Row
@@ -125,13 +125,13 @@ class LeasesTable:
     # -- owner-fenced changes ---------------------------------------------------------
 
     def renew(self, *, name: str, owner: str, ttl_seconds: float, slot: int = 0,
-              token: int | None = None) -> float | None:
-        """Extend to ``ttl_seconds`` from now; seconds left, or None when no longer ours."""
+              token: int | None = None) -> Renewal | None:
+        """Extend to ``ttl_seconds`` from now; None when it is no longer ours."""
         found = self._db.row("lease_renew", {
             "name": lease_name(name), "slot": slot, "owner": owner, "token": token,
             "ttl": check_ttl(ttl_seconds),
         })
-        return float(found[1]) if found else None
+        return Renewal(expires_at=found[0], remaining_seconds=float(found[1])) if found else None
 
     def renew_many(self, held: Sequence[HeldLease]) -> set[tuple[str, int, int]]:
         """Renew many leases in one statement; returns (name, slot, token) still ours."""

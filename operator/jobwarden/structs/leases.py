@@ -63,6 +63,14 @@ class LeaseRecord:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Renewal:
+    """A successful renewal: the new expiry and the seconds to it (database clock)."""
+
+    expires_at: datetime.datetime
+    remaining_seconds: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class HeldLease:
     """What a batch renewal needs to know about one lease a worker holds."""
 
