@@ -103,8 +103,9 @@ class System(Protocol):
         """
 
     def lease_cycle(self, dsn: str, index: int) -> contextlib.AbstractContextManager[LeaseCycle]:
-        """Only when ``supports_leases``: open whatever one client needs and yield a callable doing one uncontended acquire+release
-        of the lease named after ``index``. Runs in its own process, synchronously.
+        """Only when ``supports_leases``: open whatever one client needs and
+        yield a callable doing one uncontended acquire+release of the lease
+        named after ``index``. Runs in its own process, synchronously.
         """
 
 

@@ -5,12 +5,19 @@ at about twice the psycopg driver), so both the client and the worker use
 ``AsyncpgDriver``; the worker runs on uvloop like ``pgq run`` does. Tables are
 installed with the default ``durable`` durability (all tables WAL-logged).
 
-Concurrency: ``QueueManager.run(max_concurrent_tasks=...)`` must be at least
-twice the batch size, so it cannot express "one job at a time"; the
-per-entrypoint ``concurrency_limit`` (enforced in the dequeue SQL) can, so the
-limited settings use ``@qm.entrypoint("noop", concurrency_limit=N)`` with the
-default batch size of 10, and "best" is the plain out-of-the-box worker:
-``qm.run()`` with batches of 10 and no limit.
+Concurrency. A limited worker is configured the way pgqueuer is built to be:
+
+* N >= 2: ``qm.run(max_concurrent_tasks=N, batch_size=N // 2)``, the per-worker
+  hard cap (it must be at least twice the batch size);
+* N = 1, which that cap cannot express: the per-entrypoint
+  ``concurrency_limit=1`` (enforced in the dequeue SQL) with ``batch_size=1``.
+  The batch size matters: completions are buffered until ``batch_size`` of
+  them are waiting or 0.1 s passes, and a job only stops counting against the
+  limit once its completion is flushed, so the default batch of 10 with a
+  limit of 1 runs one job per 0.1 s (10 jobs/s) - a misconfiguration, not a
+  fair number.
+
+"best" is the plain out-of-the-box worker: ``qm.run()``, batches of 10, no limit.
 """
 
 from __future__ import annotations
@@ -22,8 +29,7 @@ from collections.abc import AsyncIterator
 from importlib import metadata
 from typing import Any, Literal
 
-import asyncpg  # type: ignore[import-untyped]
-import pgqueuer
+import asyncpg
 from pgqueuer.db import AsyncpgDriver
 from pgqueuer.models import Job
 from pgqueuer.qm import QueueManager
@@ -40,7 +46,7 @@ async def _connect(dsn: str) -> Any:
     params = conninfo.conninfo_to_dict(dsn)
     return await asyncpg.connect(
         host=params.get("host"),
-        port=int(params["port"]) if "port" in params else None,
+        port=int(str(params["port"])) if "port" in params else None,
         user=params.get("user"),
         password=params.get("password"),
         database=params.get("dbname"),
@@ -75,6 +81,15 @@ class _Client:
         return count
 
 
+def _run_options(concurrency: int | None) -> tuple[dict[str, Any], int]:
+    """``qm.run`` keyword arguments and the entrypoint's concurrency_limit."""
+    if concurrency is None:
+        return {}, 0
+    if concurrency == 1:
+        return {"batch_size": 1}, 1
+    return {"batch_size": concurrency // 2, "max_concurrent_tasks": concurrency}, 0
+
+
 class PgqueuerSystem:
     name = "pgqueuer"
     supports_leases = False
@@ -82,12 +97,12 @@ class PgqueuerSystem:
 
     def describe(self) -> dict[str, str]:
         return {
-            "version": pgqueuer.__version__,
+            "version": metadata.version("pgqueuer"),
             "driver": f"asyncpg {metadata.version('asyncpg')} (AsyncpgDriver), uvloop worker",
             "enqueue": "queries.enqueue(entrypoint, payload) / the same with lists",
             "worker": (
-                "QueueManager.run(batch_size=10); concurrency N ="
-                " @qm.entrypoint(concurrency_limit=N)"
+                "QueueManager.run(); N=1: batch_size=1 + entrypoint concurrency_limit=1;"
+                " N>=2: max_concurrent_tasks=N, batch_size=N//2"
             ),
             "best": "out of the box: batch_size=10, no concurrency limit",
         }
@@ -119,12 +134,14 @@ class PgqueuerSystem:
         try:
             qm = QueueManager(Queries(AsyncpgDriver(conn)))
 
-            @qm.entrypoint(ENTRYPOINT, concurrency_limit=setting.concurrency or 0)
+            run_options, entrypoint_limit = _run_options(setting.concurrency)
+
+            @qm.entrypoint(ENTRYPOINT, concurrency_limit=entrypoint_limit)
             async def noop(job: Job) -> None:
                 assert job.payload is not None
                 on_job(json.loads(job.payload)["i"])
 
-            worker = asyncio.create_task(qm.run())
+            worker = asyncio.create_task(qm.run(**run_options))
             waiter = asyncio.create_task(stop.wait())
             await asyncio.wait({worker, waiter}, return_when=asyncio.FIRST_COMPLETED)
             waiter.cancel()

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import procrastinate
 import psycopg
+from procrastinate.types import JSONDict
 
 from bench.adapters import base
 
@@ -49,7 +50,8 @@ class _Client:
         await self._task.defer_async(i=i)
 
     async def enqueue_batch(self, first: int, count: int) -> None:
-        await self._task.batch_defer_async(*({"i": i} for i in range(first, first + count)))
+        kwargs: list[JSONDict] = [{"i": i} for i in range(first, first + count)]
+        await self._task.batch_defer_async(*kwargs)
 
     async def reset(self) -> None:
         async with await psycopg.AsyncConnection.connect(self._dsn, autocommit=True) as conn:
