@@ -33,7 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from jobwarden import definitions, errors, metrics
+from jobwarden import definitions, errors, exclusive, metrics
 from jobwarden.db.database import Database
 from jobwarden.settings import WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
@@ -133,6 +133,7 @@ class Worker:
             self.http = HealthServer(host=settings.http_host, port=settings.http_port,
                                      ready=self.readiness, healthy=self.liveness)
         metrics.WORKER_SLOTS.set(settings.concurrency)
+        self.exclusive = exclusive.install(self)  # leases of exclusive jobs (after runner)
 
     # -- public --------------------------------------------------------------------
 

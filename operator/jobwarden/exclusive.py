@@ -1,0 +1,300 @@
+"""Exclusive jobs and concurrency keys: the worker side of leases.
+
+A job class opts in with ``exclusive = True`` (lease ``job:<class path>``), a
+static ``concurrency_key`` or a ``concurrency_key_for(self, data)`` method
+(lease ``key:<key>``; the method wins over the static key, a key implies
+exclusive). The lifetime rules, and why:
+
+- **Taken after the claim, before perform** (a worker guard), so a busy lease
+  costs one claim and one release, never a run. The owner is the attempt's
+  claim token: one attempt, one owner, and a reaped-and-reclaimed job is a
+  different owner than the attempt that may still be running.
+- **Window = timeout + max(60, timeout)**, the same window after which the
+  claim itself can be reaped, so the lease never ends inside the attempt's
+  time limit even without renewal.
+- **Renewed by every heartbeat** (one statement for all of a worker's leases,
+  owner- and token-fenced) and by ``Job.heartbeat()`` inside perform (at most
+  once a second), so a run that keeps heartbeating keeps its lease.
+- **Released after the run**, owner-fenced, on success or failure. This runs
+  when the attempt's code has really stopped (the slot thread returned, the
+  child process was killed, the coroutine was cancelled). Work that may still
+  be running (a worker that exits with a thread still in perform, a crashed
+  host) never releases: its lease is left to expire.
+- **Busy**: ``on_busy = "defer"`` (default) gives the claim back: pending again
+  at ``now + min(remaining lease, 30 s)`` with the attempt refunded, counted as
+  skipped and deferred; a permanently busy key never exhausts retries.
+  ``"skip"`` drops this run (recorded as cancelled with the reason, counted as
+  skipped ``on_busy_skip``); ``"fail"`` is a failed attempt ``lease_busy``,
+  retried like any failure.
+- **Lost** (renewal or release finds another owner): a warning, the job is still
+  recorded as completed (it ran) with ``lease_lost`` set, ``lease_lost`` counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from jobwarden import definitions, errors, metrics
+from jobwarden.db.leases import lease_name
+from jobwarden.leases import LeaseKind
+from jobwarden.structs.leases import HeldLease
+from jobwarden.worker.context import (
+    Attempt,
+    AttemptContext,
+    Cancelled,
+    Failed,
+    Outcome,
+    Released,
+    Succeeded,
+)
+
+if TYPE_CHECKING:
+    from jobwarden.db.database import Database
+    from jobwarden.worker.execution import Runner
+    from jobwarden.worker.worker import Worker
+
+logger = logging.getLogger("jobwarden.leases")
+
+#: A deferred job is retried when the lease may be free, but at most this late...
+MAX_DEFER_SECONDS = 30.0
+#: ...and not sooner than this, so a lease that is "just lapsing" cannot cause a
+#: claim/release loop with the database.
+MIN_DEFER_SECONDS = 0.1
+#: Job.heartbeat() inside perform renews at most this often (the worker's batch
+#: heartbeat renews anyway; this only matters for very long heartbeat intervals).
+IN_PERFORM_RENEW_SECONDS = 1.0
+
+
+def lease_window(timeout_seconds: float) -> float:
+    """How long a job lease lives without renewal: the claim timeout + max(60, it)."""
+    return timeout_seconds + max(60.0, timeout_seconds)
+
+
+def _blank(value: object) -> bool:
+    return value is None or not str(value).strip()
+
+
+def job_lease(job_class: type[definitions.Job], data: Any,
+              class_path: str | None = None) -> tuple[str, LeaseKind] | None:
+    """The lease a run of ``job_class`` with ``data`` needs, or None.
+
+    Precedence: ``concurrency_key_for(data)`` (when overridden and not blank) >
+    ``concurrency_key`` > ``exclusive``. Names over the column limit are hashed.
+    """
+    if definitions.overrides(job_class, "concurrency_key_for"):
+        key = job_class().concurrency_key_for(data)
+        if not _blank(key):
+            return lease_name(f"key:{key}"), "key"
+    if not _blank(job_class.concurrency_key):
+        return lease_name(f"key:{job_class.concurrency_key}"), "key"
+    if job_class.exclusive:
+        return lease_name(f"job:{class_path or job_class.path()}"), "job"
+    return None
+
+
+@dataclasses.dataclass
+class _Held:
+    name: str
+    kind: LeaseKind
+    owner: str
+    token: int
+    window: float
+    renewed_at: float
+    lost: bool = False
+
+
+class ExclusiveJobs:
+    """Takes, renews and releases the leases of a worker's exclusive attempts."""
+
+    def __init__(self, db: Database, *, host: str) -> None:
+        self._db = db
+        self._host = host
+        self._held: dict[int, _Held] = {}  # claim id -> the lease its attempt holds
+        self._lock = threading.Lock()
+
+    def held(self, attempt: Attempt) -> _Held | None:
+        with self._lock:
+            return self._held.get(attempt.claim.id)
+
+    # -- guard: before perform ---------------------------------------------------------
+
+    def guard(self, attempt: Attempt, job_class: type[definitions.Job]) -> Outcome | None:
+        claim = attempt.claim
+        try:
+            wanted = job_lease(job_class, claim.data, claim.job_class)
+        except Exception as exc:  # user code: a failed attempt, not a crash
+            logger.warning("job %d: concurrency_key_for raised: %r", claim.id, exc)
+            return Failed(error=f"concurrency_key_for raised {type(exc).__name__}: {exc}",
+                          reason="error", exception=exc)
+        if wanted is None:
+            return None
+        name, kind = wanted
+        window = lease_window(claim.timeout_seconds)
+        owner = str(claim.claim_token)
+        try:
+            found = self._db.leases.try_acquire(
+                name=name, owner=owner, ttl_seconds=window, host=self._host,
+                job_id=claim.id, claim_token=claim.claim_token,
+            )
+        except errors.DatabaseUnavailable as exc:
+            logger.warning("job %d: cannot take lease %r: %s", claim.id, name, exc)
+            return Released(delay_seconds=1.0, deferral=False, reason="database_unavailable")
+        if found.acquired:
+            assert found.token is not None
+            attempt.lease_name = name
+            attempt.lease_token = found.token
+            with self._lock:
+                self._held[claim.id] = _Held(name=name, kind=kind, owner=owner,
+                                             token=found.token, window=window,
+                                             renewed_at=time.monotonic())
+            metrics.LEASES_HELD.labels(kind).inc()
+            return None
+        metrics.LEASE_BUSY.labels(kind).inc()
+        holder = f"{found.holder or 'another owner'}" + (
+            f" on {found.holder_host}" if found.holder_host else "")
+        policy = job_class.on_busy
+        logger.info("job %d (%s): lease %r busy (held by %s, %.1fs left): %s", claim.id,
+                    claim.job_class, name, holder, found.retry_after, policy)
+        if policy == "skip":
+            metrics.JOBS_SKIPPED.labels(claim.queue, claim.job_class, "on_busy_skip").inc()
+            return Cancelled(error=f"skipped: lease {name!r} busy (held by {holder})")
+        if policy == "fail":
+            return Failed(error=f"lease {name!r} busy (held by {holder})", reason="lease_busy")
+        delay = max(min(found.retry_after, MAX_DEFER_SECONDS), MIN_DEFER_SECONDS)
+        return Released(delay_seconds=delay, deferral=True, reason="lease_busy")
+
+    # -- renewal -----------------------------------------------------------------------
+
+    def renew_alive(self, alive: list[Attempt]) -> None:
+        """Heartbeat extension: renew every lease of the attempts still alive, at once."""
+        with self._lock:
+            pairs = [(a, self._held[a.claim.id]) for a in alive
+                     if a.claim.id in self._held and not self._held[a.claim.id].lost]
+        if not pairs:
+            return
+        kept = self._db.leases.renew_many([
+            HeldLease(name=h.name, slot=0, owner=h.owner, token=h.token, ttl_seconds=h.window)
+            for _, h in pairs
+        ])
+        now = time.monotonic()
+        for attempt, held in pairs:
+            if (held.name, 0, held.token) in kept:
+                held.renewed_at = now
+                continue
+            with self._lock:
+                # Released by its slot meanwhile: not lost, just over.
+                current = self._held.get(attempt.claim.id) is held
+            if current:
+                self._lost(attempt, held, "renewal")
+
+    def renew_one(self, attempt: Attempt) -> None:
+        """From ``Job.heartbeat()`` inside perform, throttled; never raises."""
+        held = self.held(attempt)
+        if held is None or held.lost or time.monotonic() - held.renewed_at \
+                < IN_PERFORM_RENEW_SECONDS:
+            return
+        try:
+            renewal = self._db.leases.renew(name=held.name, owner=held.owner, token=held.token,
+                                            ttl_seconds=held.window)
+        except errors.DatabaseUnavailable as exc:
+            logger.debug("lease renewal failed: %s", exc)
+            return
+        if renewal is None:
+            self._lost(attempt, held, "renewal")
+        else:
+            held.renewed_at = time.monotonic()
+
+    # -- release: after perform ----------------------------------------------------------
+
+    def release(self, attempt: Attempt) -> bool:
+        """Release the attempt's lease; True when it had been lost before the end."""
+        with self._lock:
+            held = self._held.pop(attempt.claim.id, None)
+        if held is None:
+            return False
+        if not held.lost:
+            try:
+                ok = self._db.leases.release(name=held.name, owner=held.owner,
+                                             token=held.token)
+            except errors.DatabaseUnavailable as exc:
+                logger.warning("job %d: could not release lease %r (it will expire): %s",
+                               attempt.claim.id, held.name, exc)
+                metrics.LEASES_HELD.labels(held.kind).dec()
+                return False
+            if ok:
+                metrics.LEASES_HELD.labels(held.kind).dec()
+            else:
+                self._lost(attempt, held, "release")
+        return held.lost
+
+    def _lost(self, attempt: Attempt, held: _Held, when: str) -> None:
+        with self._lock:
+            if held.lost:
+                return
+            held.lost = True
+        metrics.LEASES_HELD.labels(held.kind).dec()
+        metrics.LEASE_LOST.labels(held.kind).inc()
+        logger.warning("job %d (%s) attempt %d lost lease %r (token %d) at %s: another owner "
+                       "took it over while the job was running", attempt.claim.id,
+                       attempt.claim.job_class, attempt.claim.attempt, held.name, held.token,
+                       when)
+
+
+class _RenewingContext(AttemptContext):
+    """``Job.heartbeat()`` inside perform: the claim heartbeat, then the lease renewal."""
+
+    def __init__(self, inner: AttemptContext, exclusive: ExclusiveJobs) -> None:
+        super().__init__(inner.attempt, lambda _attempt: (True, False))
+        self._inner = inner
+        self._exclusive = exclusive
+
+    def heartbeat(self) -> None:
+        self._inner.heartbeat()
+        self._exclusive.renew_one(self.attempt)
+
+
+class LeaseReleasingRunner:
+    """Wraps the worker's runner: release the lease the moment the code stopped.
+
+    Why here and not in a finalizer: the outcome (a success that lost its lease
+    must be recorded with ``lease_lost``) is decided after the release, and a
+    finalizer cannot change it. The runner returns only once the attempt's code
+    has really stopped, so releasing here never frees a lease under running work.
+    """
+
+    def __init__(self, inner: Runner, exclusive: ExclusiveJobs) -> None:
+        self.inner = inner
+        self._exclusive = exclusive
+
+    def run(self, attempt: Attempt, job_class: type[definitions.Job],
+            context: AttemptContext) -> Outcome:
+        if self._exclusive.held(attempt) is None:
+            return self.inner.run(attempt, job_class, context)
+        lost = False
+        try:
+            outcome = self.inner.run(attempt, job_class, _RenewingContext(context,
+                                                                          self._exclusive))
+        finally:
+            lost = self._exclusive.release(attempt)
+        if lost and isinstance(outcome, Succeeded):
+            return dataclasses.replace(outcome, lease_lost=True)
+        return outcome
+
+    def interrupt(self, attempt: Attempt) -> None:
+        self.inner.interrupt(attempt)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def install(worker: Worker) -> ExclusiveJobs:
+    """Wire exclusive jobs into a worker (called once from ``Worker.__init__``)."""
+    exclusive = ExclusiveJobs(worker.db, host=worker.host)
+    worker.guards.append(exclusive.guard)
+    worker.heartbeat_extensions.append(exclusive.renew_alive)
+    worker.runner = LeaseReleasingRunner(worker.runner, exclusive)
+    return exclusive
