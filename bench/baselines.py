@@ -8,7 +8,7 @@ leases: the cheapest mutual exclusion PostgreSQL offers (no WAL at all),
 which Jobwarden cannot use because session locks break behind
 transaction-mode poolers, but which tells what a lease costs on top.
 
-Each client is its own process (spawned, so no GIL and no shared sockets):
+Each client is its own process (no GIL, no shared sockets):
 all open their connection, meet at a barrier, then loop for a fixed time.
 """
 
@@ -103,9 +103,18 @@ def _client(
         results.put(f"{type(exc).__name__}: {exc}")
 
 
+def _context() -> multiprocessing.context.ForkServerContext:
+    """Clients fork from a server process that has already imported psycopg: on a
+    busy two-core machine a spawned interpreter per client costs seconds, and
+    forking the harness itself (threads, open connections) is not safe."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["bench.baselines"])
+    return ctx
+
+
 def rate(kind: Kind, dsn: str, *, clients: int, seconds: float, system: str = "") -> float:
     """Operations per second summed over ``clients`` concurrent processes."""
-    ctx = multiprocessing.get_context("spawn")
+    ctx = _context()
     barrier = ctx.Barrier(clients)
     results: Queue[tuple[int, float] | str] = ctx.Queue()
     procs = [

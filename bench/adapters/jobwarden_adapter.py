@@ -128,10 +128,9 @@ class JobwardenSystem:
             raise NotImplementedError("jobwarden.Client has no lease() yet")
         name = f"bench:{index}"
         with jobwarden.Client(dsn, schema=SCHEMA) as client:
-            lease: Any = client.lease  # type: ignore[attr-defined,unused-ignore]
 
             def cycle() -> None:
-                with lease(name, ttl=LEASE_TTL_SECONDS):
+                with client.lease(name, ttl=LEASE_TTL_SECONDS):
                     pass
 
             yield cycle
