@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from jobwarden import definitions, errors, leases, metrics, settings
+from jobwarden import hosts as _hosts
 from jobwarden.db.database import Database
 from jobwarden.structs.jobs import EnqueueResult, JobRecord, JobSpec
 from jobwarden.structs.states import TERMINAL, JobStatus
@@ -65,6 +66,11 @@ class Client:
             self.db = Database(resolved, schema=schema or settings.env_schema(),
                                min_size=1, max_size=max_connections)
             self._owns_db = True
+
+    @property
+    def hosts(self) -> _hosts.Hosts:
+        """Drain, resume and inspect hosts (the host registry)."""
+        return _hosts.Hosts(self.db)
 
     def close(self) -> None:
         if self._owns_db:

@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "jobwarden.cli.jobs",
     "jobwarden.cli.worker",
     "jobwarden.cli.dev",
+    "jobwarden.cli.hosts",
 ]
 
 _ERROR_CODES: list[tuple[type[BaseException], int]] = [

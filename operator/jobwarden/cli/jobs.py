@@ -147,12 +147,16 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from jobwarden.cli import hosts as hosts_cli
+
     with common.client(args) as client:
         stats = client.stats()
-    if args.json:
-        print_json({"queues": stats})
-        return EXIT_OK
-    statuses = [s.value for s in JobStatus]
-    rows = [[queue, *[counts[s] for s in statuses]] for queue, counts in sorted(stats.items())]
-    print_table(["QUEUE", *[s.upper() for s in statuses]], rows)
+        if args.json:
+            print_json({"queues": stats, "hosts": hosts_cli.hosts_json(client)})
+            return EXIT_OK
+        statuses = [s.value for s in JobStatus]
+        rows = [[queue, *[counts[s] for s in statuses]]
+                for queue, counts in sorted(stats.items())]
+        print_table(["QUEUE", *[s.upper() for s in statuses]], rows)
+        hosts_cli.print_hosts(client)
     return EXIT_OK

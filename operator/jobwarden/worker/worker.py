@@ -33,7 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from jobwarden import definitions, errors, exclusive, metrics
+from jobwarden import definitions, errors, exclusive, hosts, metrics
 from jobwarden.db.database import Database
 from jobwarden.settings import WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
@@ -122,6 +122,12 @@ class Worker:
         #: Called before each claim with the number of free slots; returns how many
         #: may be claimed (the host registry uses it for drain and the per-host cap).
         self.claim_gate: Callable[[int], int] = lambda free: free
+        #: Claims go through the host registry's row lock (drain, per-host cap).
+        self.capped_claims = False
+        #: Called when a stop begins, and once the worker has stopped (self-drain,
+        #: deregistration).
+        self.on_stopping: list[Callable[[], None]] = []
+        self.on_stopped: list[Callable[[], None]] = []
         #: Called in the slot thread before perform; may return an outcome instead of
         #: running (a busy lease), and the callback to run after perform.
         self.guards: list[Callable[[Attempt, type[definitions.Job]], Outcome | None]] = []
@@ -134,6 +140,7 @@ class Worker:
                                      ready=self.readiness, healthy=self.liveness)
         metrics.WORKER_SLOTS.set(settings.concurrency)
         self.exclusive = exclusive.install(self)  # leases of exclusive jobs (after runner)
+        hosts.install(self)
 
     # -- public --------------------------------------------------------------------
 
@@ -251,7 +258,7 @@ class Worker:
                 limit = self.claim_gate(free)
                 claimed = self.db.jobs.claim(
                     host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
-                    queues=self.settings.queues or None,
+                    queues=self.settings.queues or None, host_cap=self.capped_claims,
                 ) if limit > 0 else []
                 self._set_db_state(True)
                 failures = 0
@@ -518,6 +525,14 @@ class Worker:
                 return EXIT_CRASHED if self._crash else EXIT_OK
             return self._shutdown_locked(timeout)
 
+    @staticmethod
+    def _call_all(callbacks: list[Callable[[], None]]) -> None:
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.exception("shutdown callback %r failed", callback)
+
     def _release_unstarted(self) -> None:
         """Claimed but not started: back to pending at once, attempt refunded."""
         while True:
@@ -531,6 +546,7 @@ class Worker:
     def _shutdown_locked(self, timeout: float | None) -> int:
         grace = self.settings.shutdown_grace if timeout is None else timeout
         deadline = time.monotonic() + grace
+        self._call_all(self.on_stopping)
         self._wake.set()
         for thread in self._threads:
             if thread.name == "jobwarden-fetch":
@@ -551,6 +567,7 @@ class Worker:
         if self.http is not None:
             self.http.close()
         self.runner.close()
+        self._call_all(self.on_stopped)
         self._hooks.shutdown(wait=False)
         logger.info("worker %s stopped", self.host)
         return EXIT_CRASHED if self._crash else EXIT_OK
