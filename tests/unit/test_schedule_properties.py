@@ -16,6 +16,7 @@ import functools
 import itertools
 import zoneinfo
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -33,7 +34,7 @@ ZONES = [
     "Pacific/Apia",  # skipped 30 December 2011 entirely
 ]
 FAST = settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
 )
 
 
@@ -60,9 +61,15 @@ class Generated:
 
 
 @st.composite
-def field(draw: st.DrawFn, low: int, high: int, *, star: int | None = None) -> tuple[str, set[int]]:
-    """A field's text and the values it means; ``star`` is what '*' reaches if not ``high``."""
-    kind = draw(st.sampled_from(["star", "step", "value", "range", "list"]))
+def field(
+    draw: st.DrawFn, low: int, high: int, *, star: int | None = None, loose: int = 1
+) -> tuple[str, set[int]]:
+    """A field's text and the values it means; ``star`` is what '*' reaches if not ``high``.
+
+    ``loose`` weights '*' and steps, so day and month fields usually allow the
+    DST transition dates and the gap and overlap hours actually get slots.
+    """
+    kind = draw(st.sampled_from(["star", "step"] * loose + ["value", "range", "list"]))
     if kind == "star":
         return "*", set(range(low, (star or high) + 1))
     if kind == "step":
@@ -81,11 +88,11 @@ def field(draw: st.DrawFn, low: int, high: int, *, star: int | None = None) -> t
 @st.composite
 def cron_expressions(draw: st.DrawFn) -> Generated:
     minute, minutes = draw(field(0, 59))
-    hour, hours = draw(field(0, 23))
-    month, months = draw(field(1, 12))
+    hour, hours = draw(field(0, 23, loose=2))
+    month, months = draw(field(1, 12, loose=4))
     # Keep days satisfiable within the chosen months so the range has slots to find.
-    day, days = draw(field(1, 28, star=31))
-    weekday, weekdays = draw(field(0, 6))
+    day, days = draw(field(1, 28, star=31, loose=4))
+    weekday, weekdays = draw(field(0, 6, loose=4))
     day_and = day.startswith("*") or weekday.startswith("*")
     return Generated(
         text=f"{minute} {hour} {day} {month} {weekday}",
@@ -125,12 +132,14 @@ def transitions(zone: str) -> list[dt.datetime]:
 def zone_and_start(draw: st.DrawFn) -> tuple[str, dt.datetime]:
     zone = draw(st.sampled_from(ZONES))
     if draw(st.booleans()):
+        # Start up to three hours before a transition, so the range usually spans it.
         anchor = draw(st.sampled_from(transitions(zone)))
+        shift = dt.timedelta(minutes=draw(st.integers(-3 * 60, 0)))
     else:
         anchor = draw(st.datetimes(dt.datetime(1980, 1, 1), dt.datetime(2035, 1, 1))).replace(
             tzinfo=UTC
         )
-    shift = dt.timedelta(minutes=draw(st.integers(-36 * 60, 6 * 60)))
+        shift = dt.timedelta(0)
     micro = dt.timedelta(microseconds=draw(st.sampled_from([0, 0, 1, 999_999])))
     return zone, (anchor + shift).replace(second=0, microsecond=0) + micro
 
@@ -158,8 +167,57 @@ def oracle(expr: Generated, zone: str, start: dt.datetime, end: dt.datetime) -> 
     return slots
 
 
+def every_day(minutes: range | list[int], hours: range | list[int]) -> Generated:
+    """A daily expression written as explicit lists, with its value sets."""
+    text = f"{','.join(map(str, minutes))} {','.join(map(str, hours))} * * *"
+    return Generated(
+        text=text,
+        minutes=frozenset(minutes),
+        hours=frozenset(hours),
+        days=frozenset(range(1, 32)),
+        months=frozenset(range(1, 13)),
+        weekdays=frozenset(range(7)),
+        day_and=True,
+    )
+
+
+DST_EXPRESSIONS = [
+    every_day(range(60), range(24)),  # every minute
+    every_day(range(0, 60, 7), range(24)),
+    every_day([30], range(24)),
+    every_day([0], range(0, 24, 2)),
+    every_day([15, 45], [1, 2, 3]),
+    every_day([0], [2]),
+    every_day([30], [2]),
+    every_day([59], [1, 2]),
+]
+
+
+@pytest.mark.parametrize("zone", [zone for zone in ZONES if zone not in ("UTC", "Asia/Kolkata")])
+def test_around_every_sampled_transition_slots_are_exactly_the_oracles(zone: str) -> None:
+    """Deterministic sweep: each gap and overlap of the sample years, several expressions."""
+    for transition in transitions(zone):
+        start, end = transition - dt.timedelta(hours=3), transition + dt.timedelta(hours=3)
+        for expr in DST_EXPRESSIONS:
+            parsed = schedules.parse(expr.text, timezone=zone)
+            expected = oracle(expr, zone, start, end)
+            context = (zone, transition, expr.text)
+            assert parsed.slots_between(start, end) == expected, context
+            backward = list(itertools.takewhile(start.__lt__, parsed.iter_before(end)))
+            assert backward[::-1] == expected, context
+            # prev/next from instants inside the gap's surroundings and the repeated hour.
+            for minutes in range(-60, 150, 30):
+                t = transition + dt.timedelta(minutes=minutes, seconds=30)
+                earlier = [slot for slot in expected if slot <= t]
+                later = [slot for slot in expected if slot > t]
+                if earlier:
+                    assert parsed.prev_at_or_before(t) == earlier[-1], (*context, t)
+                if later:
+                    assert parsed.next_after(t) == later[0], (*context, t)
+
+
 @FAST
-@given(cron_expressions(), zone_and_start(), st.integers(1, 48))
+@given(cron_expressions(), zone_and_start(), st.integers(1, 24))
 def test_cron_slots_are_exactly_the_oracles_minutes(
     expr: Generated, zone_start: tuple[str, dt.datetime], hours: int
 ) -> None:
