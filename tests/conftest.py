@@ -104,19 +104,29 @@ def worker_command(*args: str) -> list[str]:
 
 
 @pytest.fixture
-def spawn_worker(dsn: str) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Start real `jobwarden worker` processes; any left are killed at teardown."""
+def spawn_worker(dsn: str, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start real `jobwarden worker` processes; any left are killed at teardown.
+
+    Each process logs to ``worker-N.log`` in the test's tmp_path; the logs are
+    printed at teardown (pytest shows them for failed tests).
+    """
     procs: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
 
     def spawn(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         full_env = {**os.environ, "JOBWARDEN_DSN": dsn, "JOBWARDEN_TEST_AUDIT_DSN": dsn,
                     "PYTHONPATH": str(REPO), **(env or {})}
-        proc = subprocess.Popen(worker_command(*args), env=full_env, cwd=REPO,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        log = tmp_path / f"worker-{len(procs)}.log"
+        logs.append(log)
+        with open(log, "wb") as handle:
+            proc = subprocess.Popen(worker_command(*args), env=full_env, cwd=REPO,
+                                    stdout=handle, stderr=subprocess.STDOUT)
         procs.append(proc)
         return proc
 
     yield spawn
+    for log in logs:
+        print(f"----- {log.name}\n{log.read_text(errors='replace')[-4000:]}")
     for proc in procs:
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):

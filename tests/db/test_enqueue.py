@@ -89,7 +89,8 @@ def test_concurrent_enqueuers_get_exactly_one_row_per_unique_key(dsn: str) -> No
         assert all(count == 1 for _key, count in rows)
         # The guarantee is the database's own constraint, not the client's care.
         with pytest.raises(psycopg.errors.UniqueViolation):
-            conn.execute("INSERT INTO jobwarden.jobs (job_class, unique_key) VALUES ('a:B', 'key-1')")
+            conn.execute("INSERT INTO jobwarden.jobs (job_class, unique_key) "
+                         "VALUES ('a:B', 'key-1')")
 
 
 @pytest.mark.parametrize("bad", [{1, 2}, float("nan"), {"when": datetime.datetime.now()}])
@@ -125,7 +126,8 @@ def test_a_job_whose_code_lives_only_in_workers_can_be_enqueued_unchecked(
 def test_delay_and_run_at_use_the_database_clock(client: jobwarden.Client, db: Database) -> None:
     now = db.now()
     delayed = client.job(client.enqueue(testjobs.Record, delay=3600).id)
-    assert datetime.timedelta(seconds=3599) < delayed.run_at - now < datetime.timedelta(seconds=3700)
+    ahead = delayed.run_at - now
+    assert datetime.timedelta(seconds=3599) < ahead < datetime.timedelta(seconds=3700)
     at = now + datetime.timedelta(days=2)
     assert client.job(client.enqueue(testjobs.Record, run_at=at).id).run_at == at
     assert db.jobs.claim(host="h", limit=10, grace_seconds=30) == []

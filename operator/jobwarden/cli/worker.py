@@ -78,6 +78,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     config = worker_settings(args)
     db = Database(common.dsn(args), schema=common.schema(args), min_size=2,
+                  application_name=f"jobwarden-worker:{config.host}"[:63],
                   max_size=max(4, min(config.concurrency + 4, 20)))
     try:
         worker = Worker(db, config)

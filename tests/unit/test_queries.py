@@ -1,0 +1,33 @@
+"""Named queries: every file parses, names are unique, the schema is quoted once."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobwarden.db import migrations, queries
+
+
+def test_every_named_query_renders_for_a_quoted_schema() -> None:
+    rendered = queries.for_schema('odd "schema"')
+    assert "job_claim_any" in rendered and "job_insert_many" in rendered
+    for name, text in rendered.items():
+        assert "{schema}" not in text, name
+        if "jobs" in text:
+            assert '"odd ""schema"""' in text or "pg_notify" in text, name
+
+
+def test_a_query_name_defined_twice_is_refused() -> None:
+    with pytest.raises(ValueError, match="defined twice"):
+        queries.parse("-- name: a\nSELECT 1;\n-- name: a\nSELECT 2;\n")
+
+
+def test_migrations_are_numbered_without_gaps() -> None:
+    versions = [m.version for m in migrations.available()]
+    assert versions == list(range(1, len(versions) + 1))
+
+
+def test_the_printed_migration_script_is_a_single_transaction() -> None:
+    script = migrations.script("jobwarden")
+    assert script.splitlines()[1] == "BEGIN;"
+    assert script.rstrip().endswith("COMMIT;")
+    assert 'CREATE TABLE "jobwarden".jobs' in script
