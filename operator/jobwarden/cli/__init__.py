@@ -101,7 +101,8 @@ def setup_logging(level: str, fmt: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    logging.getLogger("psycopg.pool").setLevel(logging.WARNING)
+    # The pool logs every failed reconnect attempt; the worker logs the state change once.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
