@@ -58,7 +58,7 @@ def run_cli(dsn: str, *args: str, env: dict[str, str] | None = None,
     full_env: dict[str, Any] = {**os.environ, "JOBWARDEN_DSN": dsn,
                                 "JOBWARDEN_TEST_AUDIT_DSN": dsn, "PYTHONPATH": str(REPO),
                                 **(env or {})}
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(
         [sys.executable, "-m", "jobwarden", *args], env=full_env, cwd=REPO, capture_output=True,
         text=True, timeout=timeout, check=False)
 

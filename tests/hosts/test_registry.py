@@ -1,0 +1,119 @@
+"""The host registry: register, refresh, deregister, prune."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import jobwarden
+from jobwarden.db.database import Database
+from jobwarden.worker.worker import Worker
+from tests.support import hostjobs, testjobs
+from tests.support.waiting import wait_for
+
+
+def test_a_worker_registers_its_host_and_process_and_leaves_on_clean_exit(
+        client: jobwarden.Client, start_worker: Callable[..., Worker]) -> None:
+    worker = start_worker(host="reg-host", pool="blue", code_version="v42", concurrency=3)
+    [host] = wait_for(lambda: client.hosts.status(host="reg-host"), message="registered")
+    assert (host.pool, host.code_version, host.processes, host.slots) == ("blue", "v42", 1, 3)
+    assert host.state == "active" and not host.draining and host.cap is None
+
+    worker.stop(timeout=5)
+
+    assert client.hosts.status(host="reg-host") == []
+
+
+def test_processes_sharing_a_host_name_share_one_host_row(
+        client: jobwarden.Client, start_worker: Callable[..., Worker]) -> None:
+    first = start_worker(host="shared")
+    start_worker(host="shared")
+    wait_for(lambda: [h.processes for h in client.hosts.status()] == [2],
+             message="two processes on one host")
+
+    first.stop(timeout=5)
+
+    [host] = client.hosts.status()
+    assert host.processes == 1 and not host.draining
+
+
+def test_the_host_is_refreshed_while_alive(client: jobwarden.Client, dsn: str,
+                                           start_worker: Callable[..., Worker]) -> None:
+    start_worker(host="fresh")
+    wait_for(lambda: client.hosts.status(host="fresh"), message="registered")
+    hostjobs.set_last_seen(dsn, host="fresh", seconds_ago=3600)
+
+    wait_for(lambda: client.hosts.status(host="fresh")[0].seen_seconds_ago < 60,
+             message="the next refresh")
+
+
+def test_stale_hosts_are_pruned_and_their_jobs_left_to_the_reaper(
+        client: jobwarden.Client, db: Database, dsn: str) -> None:
+    db.hosts.register(host="gone", pool="default", code_version="", cap=None,
+                      worker_id=uuid.uuid4(), pid=1, concurrency=1, queues=())
+    job_id = client.enqueue(testjobs.Record).id
+    [claim] = db.jobs.claim(host="gone", limit=1, grace_seconds=600, host_cap=True)
+    hostjobs.set_last_seen(dsn, host="gone", seconds_ago=3600)
+
+    assert db.hosts.prune(stale_seconds=300) == (1, 1)
+
+    assert client.hosts.status() == []
+    record = client.job(job_id)
+    assert claim.id == job_id
+    assert record.status is jobwarden.JobStatus.PROCESSING and record.claimed_by == "gone"
+
+
+def test_a_recently_seen_host_is_not_pruned(db: Database) -> None:
+    db.hosts.register(host="alive", pool="default", code_version="", cap=None,
+                      worker_id=uuid.uuid4(), pid=1, concurrency=1, queues=())
+    assert db.hosts.prune(stale_seconds=300) == (0, 0)
+    assert db.hosts.names() == ["alive"]
+
+
+def test_an_admin_drain_outlives_a_restart_and_a_shutdown_drain_does_not(
+        client: jobwarden.Client, db: Database) -> None:
+    def restart(host: str) -> bool:
+        process = uuid.uuid4()
+        db.hosts.register(host=host, pool="default", code_version="", cap=None,
+                          worker_id=process, pid=1, concurrency=1, queues=())
+        drained = db.hosts.status(host=host)[0].draining
+        db.hosts.deregister(host=host, worker_id=process)
+        return drained
+
+    process = uuid.uuid4()
+    db.hosts.register(host="admin-drained", pool="default", code_version="", cap=None,
+                      worker_id=process, pid=1, concurrency=1, queues=())
+    assert client.hosts.drain(host="admin-drained", expires_in=0) == ["admin-drained"]
+    assert db.hosts.deregister(host="admin-drained", worker_id=process) is False
+    assert restart("admin-drained") is True
+
+    process = uuid.uuid4()
+    db.hosts.register(host="self-drained", pool="default", code_version="", cap=None,
+                      worker_id=process, pid=1, concurrency=1, queues=())
+    assert db.hosts.stop_worker(host="self-drained", worker_id=process, grace_seconds=60,
+                                stale_seconds=300)
+    assert db.hosts.status(host="self-drained")[0].drain_reason == "shutdown"
+    assert restart("self-drained") is False
+
+
+def test_a_stopping_process_does_not_drain_its_working_siblings(db: Database) -> None:
+    stopping, sibling = uuid.uuid4(), uuid.uuid4()
+    for process in (stopping, sibling):
+        db.hosts.register(host="pod", pool="default", code_version="", cap=None,
+                          worker_id=process, pid=1, concurrency=1, queues=())
+
+    assert not db.hosts.stop_worker(host="pod", worker_id=stopping, grace_seconds=60,
+                                    stale_seconds=300)
+    [host] = db.hosts.status(host="pod")
+    assert not host.draining and host.stopping_processes == 1
+
+    assert db.hosts.stop_worker(host="pod", worker_id=sibling, grace_seconds=60,
+                                stale_seconds=300)
+    assert db.hosts.status(host="pod")[0].draining
+
+
+def test_an_unregistered_host_claims_nothing_under_the_registry(
+        client: jobwarden.Client, db: Database) -> None:
+    client.enqueue(testjobs.Record)
+    assert db.jobs.claim(host="nobody", limit=5, grace_seconds=60, host_cap=True) == []
+    assert len(db.jobs.claim(host="nobody", limit=5, grace_seconds=60)) == 1
