@@ -27,6 +27,7 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from jobwarden import errors
+from jobwarden.db.jobs import JOBS_TOPIC
 from jobwarden.structs.leases import Acquisition, HeldLease, LeaseRecord, Renewal
 
 if TYPE_CHECKING:
@@ -72,6 +73,7 @@ class LeasesTable:
     def __init__(self, db: Database) -> None:
         self._db = db
         self.channel = f"{db.schema}_{LEASES_TOPIC}"
+        self.jobs_channel = f"{db.schema}_{JOBS_TOPIC}"
         self._watcher: ReleaseWatcher | None = None
         self._watcher_lock = threading.Lock()
 
@@ -144,12 +146,15 @@ class LeasesTable:
         })
         return {(r[0], r[1], r[2]) for r in rows}
 
-    def release(self, *, name: str, owner: str, slot: int = 0,
-                token: int | None = None) -> bool:
-        """Free the lease and wake waiters; False when it was no longer ours."""
+    def release(self, *, name: str, owner: str, slot: int = 0, token: int | None = None,
+                wake_jobs: bool = False) -> bool:
+        """Free the lease and wake waiters; False when it was no longer ours.
+
+        ``wake_jobs``: also make the next job deferred on this lease due now.
+        """
         found = self._db.row("lease_release", {
             "name": lease_name(name), "slot": slot, "owner": owner, "token": token,
-            "channel": self.channel,
+            "channel": self.channel, "wake_jobs": wake_jobs, "jobs_channel": self.jobs_channel,
         })
         return bool(found and found[0])
 

@@ -28,3 +28,8 @@ CREATE TABLE {schema}.leases (
 
 -- `jobwarden leases list` and the held-leases gauge read only held rows.
 CREATE INDEX leases_held_idx ON {schema}.leases (expires_at) WHERE owner IS NOT NULL;
+
+-- Jobs deferred on a busy lease, so its release can hand it to the next one
+-- (lease_release, wake_jobs) without scanning the jobs table.
+CREATE INDEX jobs_lease_waiting_idx ON {schema}.jobs (lease_name, priority DESC, id)
+    WHERE status = 'pending' AND lease_name IS NOT NULL;

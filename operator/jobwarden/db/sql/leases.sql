@@ -12,7 +12,7 @@
 -- previous holder's statement committed, so it is larger than every token this
 -- (name, slot) handed out before. (The VALUES nextval is only kept when the row
 -- is new; a busy or taken-over row burns it, which is harmless.)
--- When job_id/claim_token are given the lease is also recorded on the job row,
+-- When job_id/claim_token are given the lease is also recorded on the job row
 -- fenced like every write after a claim (a data-modifying CTE always runs to
 -- completion, referenced or not). When busy, the second branch reports
 -- the holder; it reads the statement's snapshot, so a row inserted concurrently
@@ -30,9 +30,10 @@ WITH acquired AS (
     RETURNING l.slot, l.token, l.expires_at
 ),
 attached AS (
+    -- Busy or not: a deferred job keeps the name of the lease it waits for, so the
+    -- release of that lease can hand it over (lease_release, wake_jobs).
     UPDATE {schema}.jobs AS j
-    SET lease_name = %(name)s, lease_token = acquired.token, updated_at = now()
-    FROM acquired
+    SET lease_name = %(name)s, lease_token = (SELECT token FROM acquired), updated_at = now()
     WHERE j.id = %(job_id)s::bigint AND j.claim_token = %(claim_token)s::uuid
       AND j.status = 'processing'
     RETURNING j.id
@@ -112,14 +113,32 @@ RETURNING l.name, l.slot, l.token;
 -- name: lease_release
 -- Free a lease, owner- and token-fenced, and wake waiters (NOTIFY is delivered at
 -- commit, i.e. when this statement ends). The row stays, keeping its token.
+-- With wake_jobs, the next job deferred on this lease (highest priority, oldest)
+-- is made due now and the workers of its queue are woken: a hand-over instead of
+-- waiting out the defer delay, one job at a time so a crowd of deferred jobs on
+-- one key does not stampede. The others still come back at their own run_at.
 WITH released AS (
     UPDATE {schema}.leases
     SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
     WHERE name = %(name)s AND slot = %(slot)s AND owner = %(owner)s
       AND (%(token)s::bigint IS NULL OR token = %(token)s::bigint)
     RETURNING name
+),
+next_job AS (
+    SELECT j.id FROM {schema}.jobs AS j, released
+    WHERE %(wake_jobs)s AND j.status = 'pending' AND j.lease_name = released.name
+      AND j.run_at > now()
+    ORDER BY j.priority DESC, j.id
+    LIMIT 1
+    FOR UPDATE OF j SKIP LOCKED
+),
+woken AS (
+    UPDATE {schema}.jobs AS j SET run_at = now(), updated_at = now()
+    FROM next_job WHERE j.id = next_job.id
+    RETURNING j.queue
 )
-SELECT count(*) FROM (SELECT pg_notify(%(channel)s, name) FROM released) AS notified;
+SELECT (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, name) FROM released) AS n),
+       (SELECT count(*) FROM (SELECT pg_notify(%(jobs_channel)s, queue) FROM woken) AS w);
 
 -- name: lease_clear
 -- Force-release (operators): every held slot of a name, or only lapsed ones
