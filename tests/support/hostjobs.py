@@ -70,3 +70,24 @@ def set_last_seen(dsn: str, *, host: str, seconds_ago: float) -> None:
                      "WHERE name = %s", (seconds_ago, host))
         conn.execute("UPDATE jobwarden.workers SET last_seen_at = now() - "
                      "make_interval(secs => %s) WHERE host = %s", (seconds_ago, host))
+
+
+def start_cli(dsn: str, *args: str) -> subprocess.Popen[str]:
+    """Start ``jobwarden ARGS`` in the background, its stdout readable line by line."""
+    full_env: dict[str, Any] = {**os.environ, "JOBWARDEN_DSN": dsn, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "jobwarden", *args], env=full_env, cwd=REPO, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=1)
+
+
+def fake_running_job(db: Any, client: Any, *, host: str, code_version: str = "") -> Any:
+    """Register ``host`` (as a process would) and give it one claimed, processing job."""
+    import uuid
+
+    from tests.support import testjobs
+
+    db.hosts.register(host=host, pool="default", code_version=code_version, cap=None,
+                      worker_id=uuid.uuid4(), pid=1, concurrency=1, queues=())
+    client.enqueue(testjobs.Record)
+    [claim] = db.jobs.claim(host=host, limit=1, grace_seconds=600, host_cap=True)
+    return claim
