@@ -99,7 +99,7 @@ class SpinForever(jobwarden.Job):
 class BlockInC(jobwarden.Job):
     """Blocks in C (time.sleep): under process isolation the child is killed."""
 
-    timeout = 0.5
+    timeout = 3.0
     max_retries = 0
 
     def perform(self, data: Any) -> None:
