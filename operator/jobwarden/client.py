@@ -16,6 +16,7 @@ from typing import Any
 from jobwarden import definitions, errors, leases, metrics, settings
 from jobwarden import hosts as _hosts
 from jobwarden.db.database import Database
+from jobwarden.schedules.store import Schedules
 from jobwarden.structs.jobs import EnqueueResult, JobRecord, JobSpec
 from jobwarden.structs.states import TERMINAL, JobStatus
 
@@ -71,6 +72,11 @@ class Client:
     def hosts(self) -> _hosts.Hosts:
         """Drain, resume and inspect hosts (the host registry)."""
         return _hosts.Hosts(self.db)
+
+    @property
+    def schedules(self) -> Schedules:
+        """Define, suspend, inspect and run recurring schedules (jobwarden.schedules.store)."""
+        return Schedules(self.db)
 
     def close(self) -> None:
         if self._owns_db:

@@ -35,6 +35,7 @@ COMMAND_MODULES = [
     "jobwarden.cli.worker",
     "jobwarden.cli.dev",
     "jobwarden.cli.hosts",
+    "jobwarden.cli.schedules",
 ]
 
 _ERROR_CODES: list[tuple[type[BaseException], int]] = [

@@ -106,10 +106,12 @@ class Database:
         from jobwarden.db import hosts as _hosts
         from jobwarden.db import jobs as _jobs
         from jobwarden.db import leases as _leases
+        from jobwarden.db import schedules as _schedules
 
         self.jobs = _jobs.JobsTable(self)
         self.hosts = _hosts.HostsTable(self)
         self.leases = _leases.LeasesTable(self)
+        self.schedules = _schedules.SchedulesTable(self)
 
     # -- lifecycle -----------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from typing import Any
 
 from jobwarden import definitions, errors, exclusive, hosts, metrics
 from jobwarden.db.database import Database
+from jobwarden.schedules import runner as schedules_runner
 from jobwarden.settings import WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.states import JobStatus
@@ -141,6 +142,7 @@ class Worker:
         metrics.WORKER_SLOTS.set(settings.concurrency)
         self.exclusive = exclusive.install(self)  # leases of exclusive jobs (after runner)
         hosts.install(self)
+        self.schedules = schedules_runner.install(self)  # code sync + runner (PeriodicTask)
 
     # -- public --------------------------------------------------------------------
 

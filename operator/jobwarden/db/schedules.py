@@ -1,0 +1,181 @@
+"""Operations on the schedules table, named table-first and returning dataclasses.
+
+Only SQL lives here; what to write (catch-up, overlap, suspension rules) is
+decided by :mod:`jobwarden.schedules.store` and :mod:`jobwarden.schedules.runner`,
+which compute slots and hand this module plain values. Statements that must
+commit together take the caller's ``conn`` (one transaction per decision).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, cast
+
+from psycopg.types.json import Jsonb
+
+from jobwarden.structs.schedules import (
+    DueSchedule,
+    ScheduleHealth,
+    ScheduleRecord,
+    ScheduleSpec,
+    SlotAdvance,
+)
+
+if TYPE_CHECKING:
+    from jobwarden.db.database import Connection, Database, Row
+
+
+def _interval_text(seconds: int | None) -> str | None:
+    if seconds is None:
+        return None
+    parts = []
+    for unit, size in (("d", 86_400), ("h", 3_600), ("m", 60), ("s", 1)):
+        amount, seconds = divmod(seconds, size)
+        if amount:
+            parts.append(f"{amount}{unit}")
+    return "".join(parts) or "0s"
+
+
+def _record(row: Row) -> ScheduleRecord:
+    (name, expression, cron, interval_seconds, timezone, job_class, data, queue, priority,
+     timeout, max_retries, idempotent, catch_up, window, catch_up_max, overlap, suspended,
+     suspended_by, spec_suspended, source, origin, spec_hash, planned_until, last_slot,
+     last_enqueued_slot, next_slot, enqueued, skipped, missed, last_job_id, last_job_status,
+     last_job_finished_at, last_success_at, last_error, created_at, updated_at) = row
+    return ScheduleRecord(
+        name=name, cron=cron, interval=_interval_text(interval_seconds), timezone=timezone,
+        job_class=job_class, data=data, queue=queue, priority=priority, timeout_seconds=timeout,
+        max_retries=max_retries, catch_up=catch_up, catch_up_window_seconds=window,
+        catch_up_max=catch_up_max, overlap=overlap, suspended=suspended, source=source,
+        spec_hash=spec_hash, last_slot=last_slot,
+        next_slot=None if suspended else next_slot, enqueued_count=enqueued,
+        skipped_count=skipped, missed_count=missed, last_job_id=last_job_id,
+        last_job_status=last_job_status, last_success_at=last_success_at,
+        created_at=created_at, updated_at=updated_at, expression=expression,
+        idempotent=idempotent, suspended_by=suspended_by, spec_suspended=spec_suspended,
+        origin=origin, planned_until=planned_until, last_enqueued_slot=last_enqueued_slot,
+        last_job_finished_at=last_job_finished_at, last_error=last_error,
+    )
+
+
+def _spec_params(spec: ScheduleSpec) -> dict[str, Any]:
+    return {
+        "name": spec.name, "expression": spec.expression, "cron": spec.cron,
+        "interval_seconds": spec.interval_seconds, "timezone": spec.timezone,
+        "job_class": spec.job_class, "data": Jsonb(spec.data), "queue": spec.queue,
+        "priority": spec.priority, "timeout_seconds": spec.timeout_seconds,
+        "max_retries": spec.max_retries, "idempotent": spec.idempotent,
+        "catch_up": spec.catch_up, "catch_up_window_seconds": spec.catch_up_window_seconds,
+        "catch_up_max": spec.catch_up_max, "overlap": spec.overlap,
+        "spec_suspended": spec.suspended, "source": spec.source, "origin": spec.origin,
+        "spec_hash": spec.spec_hash,
+    }
+
+
+class SchedulesTable:
+    def __init__(self, db: Database) -> None:
+        self._db = db
+
+    # -- reads ---------------------------------------------------------------------
+
+    def get(self, name: str) -> ScheduleRecord | None:
+        found = self._db.row("schedule_get", {"name": name})
+        return _record(found) if found else None
+
+    def all(self) -> list[ScheduleRecord]:
+        return [_record(r) for r in self._db.rows("schedule_list")]
+
+    def health(self) -> list[ScheduleHealth]:
+        """Seconds since each schedule's last success and its lag, on the database clock."""
+        return [
+            ScheduleHealth(name=name, seconds_since_success=float(since), lag_seconds=float(lag),
+                           ever_succeeded=bool(ever), suspended=bool(suspended))
+            for name, since, lag, ever, suspended in self._db.rows("schedule_health")
+        ]
+
+    def now(self, *, conn: Connection | None = None,
+            now: datetime.datetime | None = None) -> datetime.datetime:
+        """``now`` if given, else the database clock (the transaction's start on ``conn``)."""
+        found = self._db.row("schedule_now", {"now": now}, conn=conn)
+        assert found is not None
+        return cast(datetime.datetime, found[0])
+
+    # -- definitions (the caller holds a transaction) ------------------------------
+
+    def lock(self, name: str, *, conn: Connection) -> ScheduleRecord | None:
+        found = self._db.row("schedule_lock", {"name": name}, conn=conn)
+        return _record(found) if found else None
+
+    def insert(self, spec: ScheduleSpec, *, planned_until: datetime.datetime,
+               next_slot: datetime.datetime | None, conn: Connection) -> bool:
+        """Insert a new schedule; False when the name exists (nothing written)."""
+        return self._db.row("schedule_insert", {
+            **_spec_params(spec), "suspended": spec.suspended,
+            "suspended_by": "spec" if spec.suspended else None,
+            "planned_until": planned_until, "next_slot": next_slot,
+        }, conn=conn) is not None
+
+    def update(self, spec: ScheduleSpec, *, suspended: bool, suspended_by: str | None,
+               planned_until: datetime.datetime, next_slot: datetime.datetime | None,
+               last_slot: datetime.datetime | None, missed: int, conn: Connection) -> None:
+        self._db.execute("schedule_update", {
+            **_spec_params(spec), "suspended": suspended, "suspended_by": suspended_by,
+            "planned_until": planned_until, "next_slot": next_slot, "last_slot": last_slot,
+            "missed": missed,
+        }, conn=conn)
+
+    def delete(self, name: str) -> bool:
+        return self._db.row("schedule_delete", {"name": name}) is not None
+
+    # -- the runner ----------------------------------------------------------------
+
+    def claim_due(self, *, now: datetime.datetime, limit: int,
+                  conn: Connection) -> list[DueSchedule]:
+        """Lock up to ``limit`` due schedules nobody else holds, until ``conn`` commits."""
+        rows = self._db.rows("schedule_claim_due", {"now": now, "limit": limit}, conn=conn)
+        return [
+            DueSchedule(name=r[0], expression=r[1], job_class=r[2], data=r[3], queue=r[4],
+                        priority=r[5], timeout_seconds=r[6], max_retries=r[7], idempotent=r[8],
+                        catch_up=r[9], catch_up_window_seconds=r[10], catch_up_max=r[11],
+                        overlap=r[12], planned_until=r[13], last_job_id=r[14],
+                        last_job_status=r[15])
+            for r in rows
+        ]
+
+    def advance_many(self, advances: Sequence[SlotAdvance], *, conn: Connection) -> int:
+        if not advances:
+            return 0
+        return self._db.execute("schedule_advance_many", {
+            "names": [a.name for a in advances],
+            "planned_until": [a.planned_until for a in advances],
+            "last_slots": [a.last_slot for a in advances],
+            "last_enqueued": [a.last_enqueued_slot for a in advances],
+            "next_slots": [a.next_slot for a in advances],
+            "enqueued": [a.enqueued for a in advances],
+            "skipped": [a.skipped for a in advances],
+            "missed": [a.missed for a in advances],
+            "last_job_ids": [a.last_job_id for a in advances],
+            "errors": [a.error for a in advances],
+        }, conn=conn)
+
+    def cancel_job(self, job_id: int, *, reason: str, conn: Connection) -> str | None:
+        """Cancel a pending run or ask a running one to stop; its status after, or None."""
+        found = self._db.row("schedule_job_cancel", {"id": job_id, "reason": reason}, conn=conn)
+        return str(found[0]) if found else None
+
+    def add_backfill(self, name: str, *, enqueued: int, last_job_id: int | None,
+                     conn: Connection | None = None) -> None:
+        self._db.execute("schedule_add_backfill", {
+            "name": name, "enqueued": enqueued, "last_job_id": last_job_id,
+        }, conn=conn)
+
+    # -- code-defined schedules ----------------------------------------------------
+
+    def code_rows(self) -> list[tuple[str, str | None]]:
+        return [(r[0], r[1]) for r in self._db.rows("schedule_code_rows")]
+
+    def mark_removed(self, names: Sequence[str]) -> list[str]:
+        if not names:
+            return []
+        return [r[0] for r in self._db.rows("schedule_mark_removed", {"names": list(names)})]

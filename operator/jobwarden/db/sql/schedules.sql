@@ -1,0 +1,197 @@
+-- Named queries on the schedules table. `{schema}` is the configured schema; literal
+-- braces are doubled. Every time is the database clock (now()) unless the caller
+-- passes an explicit instant (tests pin "now" that way instead of sleeping).
+--
+-- The record read: the stored row, the status of the job of its last slot, and the
+-- newest completed job of the schedule (jobs_schedule_idx walks the schedule's jobs
+-- newest first and stops at the first completed one).
+
+-- name: schedule_get
+SELECT s.name, s.expression, s.cron, s.interval_seconds, s.timezone, s.job_class, s.data,
+       s.queue, s.priority, s.timeout_seconds, s.max_retries, s.idempotent, s.catch_up,
+       s.catch_up_window_seconds, s.catch_up_max, s.overlap, s.suspended, s.suspended_by,
+       s.spec_suspended, s.source, s.origin, s.spec_hash, s.planned_until, s.last_slot,
+       s.last_enqueued_slot, s.next_slot, s.enqueued_count, s.skipped_count, s.missed_count,
+       s.last_job_id, j.status::text, j.finished_at,
+       greatest(s.last_success_at, ok.finished_at), s.last_error, s.created_at, s.updated_at
+FROM {schema}.schedules AS s
+LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
+LEFT JOIN LATERAL (
+    SELECT c.finished_at FROM {schema}.jobs AS c
+    WHERE c.schedule_name = s.name AND c.status = 'completed'
+    ORDER BY c.id DESC LIMIT 1
+) AS ok ON true
+WHERE s.name = %(name)s;
+
+-- name: schedule_lock
+-- As schedule_get, with the schedule row locked until the caller's transaction ends:
+-- a definition change and a runner pass on one schedule are serialised.
+SELECT s.name, s.expression, s.cron, s.interval_seconds, s.timezone, s.job_class, s.data,
+       s.queue, s.priority, s.timeout_seconds, s.max_retries, s.idempotent, s.catch_up,
+       s.catch_up_window_seconds, s.catch_up_max, s.overlap, s.suspended, s.suspended_by,
+       s.spec_suspended, s.source, s.origin, s.spec_hash, s.planned_until, s.last_slot,
+       s.last_enqueued_slot, s.next_slot, s.enqueued_count, s.skipped_count, s.missed_count,
+       s.last_job_id, j.status::text, j.finished_at,
+       greatest(s.last_success_at, ok.finished_at), s.last_error, s.created_at, s.updated_at
+FROM {schema}.schedules AS s
+LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
+LEFT JOIN LATERAL (
+    SELECT c.finished_at FROM {schema}.jobs AS c
+    WHERE c.schedule_name = s.name AND c.status = 'completed'
+    ORDER BY c.id DESC LIMIT 1
+) AS ok ON true
+WHERE s.name = %(name)s
+FOR UPDATE OF s;
+
+-- name: schedule_list
+SELECT s.name, s.expression, s.cron, s.interval_seconds, s.timezone, s.job_class, s.data,
+       s.queue, s.priority, s.timeout_seconds, s.max_retries, s.idempotent, s.catch_up,
+       s.catch_up_window_seconds, s.catch_up_max, s.overlap, s.suspended, s.suspended_by,
+       s.spec_suspended, s.source, s.origin, s.spec_hash, s.planned_until, s.last_slot,
+       s.last_enqueued_slot, s.next_slot, s.enqueued_count, s.skipped_count, s.missed_count,
+       s.last_job_id, j.status::text, j.finished_at,
+       greatest(s.last_success_at, ok.finished_at), s.last_error, s.created_at, s.updated_at
+FROM {schema}.schedules AS s
+LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
+LEFT JOIN LATERAL (
+    SELECT c.finished_at FROM {schema}.jobs AS c
+    WHERE c.schedule_name = s.name AND c.status = 'completed'
+    ORDER BY c.id DESC LIMIT 1
+) AS ok ON true
+ORDER BY s.name;
+
+-- name: schedule_now
+-- The instant a definition change or a runner pass works at: the caller's, or the
+-- database clock (transaction start, so one pass sees one "now").
+SELECT coalesce(%(now)s::timestamptz, now());
+
+-- name: schedule_insert
+-- A new schedule starts from now: planned_until = now, so no slot before its
+-- creation is run or counted. A concurrent insert of the same name wins the race
+-- and this returns nothing (the caller then locks and updates the winner's row).
+INSERT INTO {schema}.schedules (
+    name, expression, cron, interval_seconds, timezone, job_class, data, queue, priority,
+    timeout_seconds, max_retries, idempotent, catch_up, catch_up_window_seconds,
+    catch_up_max, overlap, suspended, suspended_by, spec_suspended, source, origin,
+    spec_hash, planned_until, next_slot, created_at, updated_at
+) VALUES (
+    %(name)s, %(expression)s, %(cron)s, %(interval_seconds)s, %(timezone)s, %(job_class)s,
+    %(data)s, %(queue)s, %(priority)s, %(timeout_seconds)s, %(max_retries)s, %(idempotent)s,
+    %(catch_up)s, %(catch_up_window_seconds)s, %(catch_up_max)s, %(overlap)s, %(suspended)s,
+    %(suspended_by)s, %(spec_suspended)s, %(source)s, %(origin)s, %(spec_hash)s,
+    %(planned_until)s, %(next_slot)s, now(), now()
+)
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: schedule_update
+-- A changed definition (or a suspend/resume), decided by the caller on the row it
+-- locked with schedule_lock. Counts only ever grow.
+UPDATE {schema}.schedules
+SET expression = %(expression)s, cron = %(cron)s, interval_seconds = %(interval_seconds)s,
+    timezone = %(timezone)s, job_class = %(job_class)s, data = %(data)s, queue = %(queue)s,
+    priority = %(priority)s, timeout_seconds = %(timeout_seconds)s,
+    max_retries = %(max_retries)s, idempotent = %(idempotent)s, catch_up = %(catch_up)s,
+    catch_up_window_seconds = %(catch_up_window_seconds)s, catch_up_max = %(catch_up_max)s,
+    overlap = %(overlap)s, suspended = %(suspended)s, suspended_by = %(suspended_by)s,
+    spec_suspended = %(spec_suspended)s, source = %(source)s, origin = %(origin)s,
+    spec_hash = %(spec_hash)s, planned_until = %(planned_until)s,
+    last_slot = coalesce(%(last_slot)s, last_slot), next_slot = %(next_slot)s,
+    missed_count = missed_count + %(missed)s, updated_at = now()
+WHERE name = %(name)s;
+
+-- name: schedule_delete
+DELETE FROM {schema}.schedules WHERE name = %(name)s RETURNING name;
+
+-- name: schedule_claim_due
+-- The runner's claim: active schedules whose next slot has come, oldest first.
+-- SKIP LOCKED splits due schedules between concurrent runners (workers, the
+-- operator, other clusters) without waiting; a schedule locked by another runner
+-- is that runner's for this pass. The lock is held until the caller has enqueued
+-- the slots and advanced the row in the same transaction, so a second runner sees
+-- either the old row locked (skipped) or the new one (not due any more).
+SELECT s.name, s.expression, s.job_class, s.data, s.queue, s.priority, s.timeout_seconds,
+       s.max_retries, s.idempotent, s.catch_up, s.catch_up_window_seconds, s.catch_up_max,
+       s.overlap, s.planned_until, s.last_job_id,
+       (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id)
+FROM {schema}.schedules AS s
+WHERE NOT s.suspended AND (s.next_slot IS NULL OR s.next_slot <= %(now)s)
+ORDER BY s.next_slot NULLS FIRST
+LIMIT %(limit)s
+FOR UPDATE OF s SKIP LOCKED;
+
+-- name: schedule_advance_many
+-- Write back one pass for many schedules in one statement: the new planning point,
+-- the slots' fates added to the counts, the job of the newest enqueued slot, and
+-- the newest success seen (kept so a purge of old jobs does not lose it).
+UPDATE {schema}.schedules AS s
+SET planned_until = a.planned_until,
+    last_slot = coalesce(a.last_slot, s.last_slot),
+    last_enqueued_slot = coalesce(a.last_enqueued_slot, s.last_enqueued_slot),
+    next_slot = a.next_slot,
+    enqueued_count = s.enqueued_count + a.enqueued,
+    skipped_count = s.skipped_count + a.skipped,
+    missed_count = s.missed_count + a.missed,
+    last_job_id = coalesce(a.last_job_id, s.last_job_id),
+    last_error = a.error,
+    last_success_at = greatest(s.last_success_at, (
+        SELECT c.finished_at FROM {schema}.jobs AS c
+        WHERE c.schedule_name = s.name AND c.status = 'completed'
+        ORDER BY c.id DESC LIMIT 1)),
+    updated_at = now()
+FROM unnest(%(names)s::text[], %(planned_until)s::timestamptz[], %(last_slots)s::timestamptz[],
+            %(last_enqueued)s::timestamptz[], %(next_slots)s::timestamptz[],
+            %(enqueued)s::bigint[], %(skipped)s::bigint[], %(missed)s::bigint[],
+            %(last_job_ids)s::bigint[], %(errors)s::text[])
+     AS a(name, planned_until, last_slot, last_enqueued_slot, next_slot, enqueued, skipped,
+          missed, last_job_id, error)
+WHERE s.name = a.name;
+
+-- name: schedule_add_backfill
+-- Slots enqueued by hand (backfill) count as enqueued; the planning point is not moved.
+UPDATE {schema}.schedules
+SET enqueued_count = enqueued_count + %(enqueued)s,
+    last_job_id = coalesce(%(last_job_id)s, last_job_id), updated_at = now()
+WHERE name = %(name)s;
+
+-- name: schedule_job_cancel
+-- Overlap policy Replace, inside the runner's transaction: a pending run is cancelled
+-- at once; a running one is asked to stop (its next heartbeat() raises JobCancelled).
+UPDATE {schema}.jobs
+SET status = (CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END)::{schema}.job_status,
+    cancel_requested = (status = 'processing'),
+    finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
+    last_error = CASE WHEN status = 'pending' THEN %(reason)s ELSE last_error END,
+    updated_at = now()
+WHERE id = %(id)s AND status IN ('pending', 'processing')
+RETURNING status::text;
+
+-- name: schedule_code_rows
+-- Code-defined schedules that are active, for the start-up sync to suspend the ones
+-- the code no longer defines.
+SELECT name, origin FROM {schema}.schedules WHERE source = 'code' AND NOT suspended;
+
+-- name: schedule_mark_removed
+UPDATE {schema}.schedules
+SET suspended = true, suspended_by = 'removed', updated_at = now()
+WHERE name = ANY(%(names)s::text[]) AND source = 'code' AND NOT suspended
+RETURNING name;
+
+-- name: schedule_health
+-- Freshness per schedule on the database clock: seconds since the newest success
+-- (or, when none ever succeeded, since creation) and how far the next slot is
+-- behind now.
+SELECT s.name,
+       extract(epoch FROM now() - coalesce(greatest(s.last_success_at, ok.finished_at),
+                                           s.created_at))::double precision,
+       CASE WHEN s.suspended OR s.next_slot IS NULL THEN 0
+            ELSE greatest(extract(epoch FROM now() - s.next_slot), 0) END::double precision,
+       greatest(s.last_success_at, ok.finished_at) IS NOT NULL,
+       s.suspended
+FROM {schema}.schedules AS s
+LEFT JOIN LATERAL (
+    SELECT c.finished_at FROM {schema}.jobs AS c
+    WHERE c.schedule_name = s.name AND c.status = 'completed'
+    ORDER BY c.id DESC LIMIT 1
+) AS ok ON true
+ORDER BY s.name;

@@ -1,0 +1,203 @@
+"""Rows and reports of the schedules table, as frozen dataclasses.
+
+Plain data only: the operator mirrors :class:`ScheduleRecord` into a
+``JobSchedule``'s status, the CLI prints it, and neither needs the runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+from typing import Any
+
+JsonValue = Any
+
+
+def _jsonable(value: object) -> object:
+    return value.isoformat() if isinstance(value, datetime.datetime) else value
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScheduleSpec:
+    """A validated schedule definition: everything a writer decides (nothing the runner does).
+
+    ``expression`` is the canonical stored form (``CRON_TZ=<zone> <cron>`` or
+    ``@every <interval>``); ``cron``/``interval``/``timezone`` are the same, split.
+    ``None`` for queue, priority, timeout, retries or idempotent means "the job
+    defaults" (the job class's own values when the class was given as an object).
+    """
+
+    name: str
+    expression: str
+    cron: str | None
+    interval: str | None
+    interval_seconds: int | None
+    timezone: str
+    job_class: str
+    data: JsonValue
+    queue: str | None
+    priority: int | None
+    timeout_seconds: float | None
+    max_retries: int | None
+    idempotent: bool | None
+    catch_up: str
+    catch_up_window_seconds: int
+    catch_up_max: int
+    overlap: str
+    suspended: bool
+    source: str
+    origin: str | None
+    spec_hash: str
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScheduleRecord:
+    """One schedule as stored, with the state the runner keeps.
+
+    ``last_slot`` is the newest slot that got a recorded fate (enqueued, skipped or
+    missed); every slot at or before ``planned_until`` has one and never runs again.
+    ``next_slot`` is the first slot after that (None while suspended).
+    ``last_job_status`` and ``last_success_at`` are read from the jobs table at
+    query time (``last_success_at`` also survives a purge of old jobs).
+    """
+
+    name: str
+    cron: str | None
+    interval: str | None
+    timezone: str
+    job_class: str
+    data: JsonValue
+    queue: str | None
+    priority: int | None
+    timeout_seconds: float | None
+    max_retries: int | None
+    catch_up: str
+    catch_up_window_seconds: int
+    catch_up_max: int
+    overlap: str
+    suspended: bool
+    source: str
+    spec_hash: str
+    last_slot: datetime.datetime | None
+    next_slot: datetime.datetime | None
+    enqueued_count: int
+    skipped_count: int
+    missed_count: int
+    last_job_id: int | None
+    last_job_status: str | None
+    last_success_at: datetime.datetime | None
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+    # Beyond the operator contract: useful to people and to conflict reports.
+    expression: str = ""
+    idempotent: bool | None = None
+    suspended_by: str | None = None
+    spec_suspended: bool = False
+    origin: str | None = None
+    planned_until: datetime.datetime | None = None
+    last_enqueued_slot: datetime.datetime | None = None
+    last_job_finished_at: datetime.datetime | None = None
+    last_error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class DueSchedule:
+    """What the runner reads of a due schedule (row locked for the pass)."""
+
+    name: str
+    expression: str
+    job_class: str
+    data: JsonValue
+    queue: str | None
+    priority: int | None
+    timeout_seconds: float | None
+    max_retries: int | None
+    idempotent: bool | None
+    catch_up: str
+    catch_up_window_seconds: int
+    catch_up_max: int
+    overlap: str
+    planned_until: datetime.datetime
+    last_job_id: int | None
+    #: Status of the job ``last_job_id`` names (None: none, or purged).
+    last_job_status: str | None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlotAdvance:
+    """The runner's write-back for one schedule after a pass (one batched UPDATE)."""
+
+    name: str
+    planned_until: datetime.datetime
+    last_slot: datetime.datetime | None
+    last_enqueued_slot: datetime.datetime | None
+    next_slot: datetime.datetime | None
+    enqueued: int
+    skipped: int
+    missed: int
+    last_job_id: int | None
+    error: str | None = None
+
+
+@dataclasses.dataclass(kw_only=True)
+class RunReport:
+    """What one ``enqueue_due`` call did. Mutable while the pass runs; read afterwards.
+
+    ``checked`` schedules were due and planned; ``enqueued`` slots became new jobs;
+    ``duplicates`` slots already had their job (the unique key); ``skipped`` slots
+    were not run because of the overlap policy; ``missed`` slots were not run
+    because of the catch-up rule; ``errors`` counts schedules (or whole batches)
+    that failed, each logged. ``replaced`` counts previous runs cancelled (or asked
+    to stop) by the Replace policy. ``more`` is True when ``limit`` stopped the pass.
+    """
+
+    checked: int = 0
+    enqueued: int = 0
+    duplicates: int = 0
+    skipped: int = 0
+    missed: int = 0
+    errors: int = 0
+    replaced: int = 0
+    more: bool = False
+    seconds: float = 0.0
+
+    def add(self, other: RunReport) -> None:
+        for field in ("checked", "enqueued", "duplicates", "skipped", "missed", "errors",
+                      "replaced"):
+            setattr(self, field, getattr(self, field) + getattr(other, field))
+        self.more = other.more
+        self.seconds += other.seconds
+
+    def as_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScheduleHealth:
+    """Per-schedule freshness, for the database-wide gauges the operator exports.
+
+    ``seconds_since_success``: since a job of the schedule last completed; when
+    none ever did, since the schedule was created (a schedule that never succeeds
+    grows as stale as it is old), with ``ever_succeeded`` False.
+    ``lag_seconds``: how far the next due slot is behind now (0 when on time or
+    suspended).
+    """
+
+    name: str
+    seconds_since_success: float
+    lag_seconds: float
+    ever_succeeded: bool
+    suspended: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SyncReport:
+    """What syncing code-defined schedules into the table did."""
+
+    upserted: list[str] = dataclasses.field(default_factory=list)
+    suspended: list[str] = dataclasses.field(default_factory=list)
+    #: Names defined in code whose row belongs to another source (never overwritten).
+    clashes: list[str] = dataclasses.field(default_factory=list)
