@@ -1,0 +1,224 @@
+"""The operator process: kopf settings, the handler registry, HTTP, periodic loops.
+
+Startup order, and why: the database is checked (and migrated) first, because
+an operator that cannot reach it can do nothing useful and should crash-loop
+visibly; then the HTTP server (so probes and scrapes answer while kopf
+connects); then the periodic loops; then kopf, in the main thread so it owns
+SIGTERM/SIGINT and shuts down gracefully. On the way out the loops release
+their database leases, so another operator takes over at once instead of
+after a lease lifetime.
+
+kopf settings worth knowing (docs/operator.md):
+
+* progress and the last-handled spec live in annotations under
+  ``kopf.jobwarden.io/`` (not in ``status.kopf``: the CRDs' status schemas
+  are closed, and the API server would prune it);
+* the finalizer is ``jobwarden.io/finalizer``;
+* watch streams end server-side after ``watch_server_timeout`` and are
+  abandoned client-side after ``watch_client_timeout``, so a stream that
+  silently died (a NAT or load balancer dropping it) is re-established;
+* with ``JOBWARDEN_PEERING`` the replicas form a kopf peering with distinct
+  priorities (derived from the pod name): only the highest handles resources;
+* kopf posts only WARNING+ object logs as Events; the operator posts its own
+  Events for transitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import kopf
+
+from jobwarden.controller import exclusive_jobs, periodic, schedules
+from jobwarden.controller.config import OperatorConfig
+from jobwarden.controller.runtime import Runtime
+from jobwarden.db.database import Database
+from jobwarden.worker.http import HealthServer
+
+logger = logging.getLogger("jobwarden.controller")
+
+FINALIZER = "jobwarden.io/finalizer"
+ANNOTATIONS_PREFIX = "kopf.jobwarden.io"
+#: /readyz fails when the database was last seen unreachable and not since.
+READY_DB_GRACE_SECONDS = 30.0
+
+#: One module per custom resource; each has ``register(registry, runtime)``.
+#: (WorkerPool reconciliation will add ``pools`` here.)
+RESOURCE_MODULES = (schedules, exclusive_jobs)
+
+
+def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATIONS_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATIONS_PREFIX, key="last-handled-configuration")
+    settings.posting.level = logging.WARNING
+    settings.posting.reporting_component = "jobwarden-operator"
+    settings.posting.reporting_instance = config.pod_name
+    settings.watching.server_timeout = config.watch_server_timeout
+    settings.watching.client_timeout = config.watch_client_timeout
+    settings.watching.connect_timeout = config.watch_connect_timeout
+    settings.networking.connect_timeout = config.watch_connect_timeout
+    settings.networking.request_timeout = 60.0
+    settings.peering.mandatory = bool(config.peering)
+    settings.peering.priority = config.priority
+    # Sync handlers run in kopf's thread pool; each holds at most one connection.
+    settings.execution.max_workers = 8
+    return settings
+
+
+def build_registry(runtime: Runtime, *,
+                   login: Callable[..., kopf.ConnectionInfo | None] | None = None,
+                   ) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    if login is not None:
+        kopf.on.login(registry=registry)(login)
+    for module in RESOURCE_MODULES:
+        module.register(registry, runtime)
+    return registry
+
+
+# -- secrets never reach a log line ---------------------------------------------------------
+
+
+def secrets_of(dsn: str) -> list[str]:
+    """The DSN and its password, as they could appear in a message."""
+    found = [dsn]
+    try:
+        parsed = urllib.parse.urlsplit(dsn)
+        if parsed.password:
+            found.append(parsed.password)
+            found.append(urllib.parse.unquote(parsed.password))
+    except ValueError:
+        pass
+    for match in re.finditer(r"password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)", dsn):
+        found.append(match.group(1).strip("'"))
+    return sorted({s for s in found if len(s) >= 4}, key=len, reverse=True)
+
+
+class Redact(logging.Filter):
+    """Replaces the DSN (and its password) in every record, whoever logged it."""
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self._secrets = [s for s in secrets if s]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._secrets:
+            return True
+        message = record.getMessage()
+        redacted = message
+        for secret in self._secrets:
+            redacted = redacted.replace(secret, "***")
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+def install_redaction(dsn: str) -> Redact:
+    redact = Redact(secrets_of(dsn))
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(redact)
+    # kopf posts object logs as Events from its own logger, before any handler.
+    logging.getLogger("kopf.objects").addFilter(redact)
+    return redact
+
+
+# -- the process ---------------------------------------------------------------------------
+
+
+class Operator:
+    """One operator instance; :meth:`run` blocks until kopf stops."""
+
+    def __init__(self, db: Database, config: OperatorConfig, *,
+                 login: Callable[..., kopf.ConnectionInfo | None] | None = None) -> None:
+        self.config = config
+        self.runtime = Runtime(db, config)
+        self.registry = build_registry(self.runtime, login=login)
+        self.loops, self.gauges = periodic.loops(self.runtime)
+        self.periodic = periodic.Periodic(self.runtime, self.loops)
+        self.http: HealthServer | None = None
+        self.stop_flag = threading.Event()
+
+    # probes
+    def healthy(self) -> tuple[bool, str]:
+        health = self.runtime.health
+        if health.crashed:
+            return False, f"crashed: {health.crashed}"
+        if health.kopf_stopped.is_set() and not self.stop_flag.is_set():
+            return False, "kopf stopped"
+        return self.periodic.alive()
+
+    def ready(self) -> tuple[bool, str]:
+        health = self.runtime.health
+        if not health.kopf_ready.is_set():
+            return False, "kopf is starting"
+        if not health.db_ok and time.monotonic() - health.db_checked_at < READY_DB_GRACE_SECONDS:
+            return False, "database unavailable"
+        return True, "ok"
+
+    def start_http(self) -> int | None:
+        if self.config.http_port is None:
+            return None
+        self.http = HealthServer(host=self.config.http_host, port=self.config.http_port,
+                                 ready=self.ready, healthy=self.healthy)
+        self.http.start()
+        logger.info("serving /metrics, /healthz, /readyz on port %d", self.http.port)
+        return self.http.port
+
+    async def _kopf(self) -> None:
+        config = self.config
+        await kopf.operator(
+            registry=self.registry,
+            settings=kopf_settings(config),
+            standalone=not config.peering,
+            peering_name=config.peering or None,
+            priority=config.priority,
+            clusterwide=not config.namespaces,
+            namespaces=list(config.namespaces),
+            stop_flag=self.stop_flag,
+            ready_flag=self.runtime.health.kopf_ready,
+        )
+
+    def run(self) -> int:
+        health = self.runtime.health
+        health.database(True)
+        self.start_http()
+        self.periodic.start()
+        logger.info("operator %s starting (cluster %r, %s, peering %s)", self.config.pod_name,
+                    self.config.cluster,
+                    f"namespaces {', '.join(self.config.namespaces)}"
+                    if self.config.namespaces else "cluster-wide",
+                    f"{self.config.peering!r} priority {self.config.priority}"
+                    if self.config.peering else "off")
+        health.kopf_started.set()
+        try:
+            asyncio.run(self._kopf())
+        except Exception as exc:
+            health.crashed = f"{type(exc).__name__}: {exc}"
+            logger.exception("kopf stopped with an error")
+            return 1
+        finally:
+            health.kopf_stopped.set()
+            self.periodic.stop()
+            self.gauges.clear()
+            if self.http is not None:
+                self.http.close()
+        logger.info("operator stopped")
+        return 0
+
+    def stop(self) -> None:
+        self.stop_flag.set()
+
+
+def run_operator(db: Database, config: OperatorConfig, **options: Any) -> int:
+    return Operator(db, config, **options).run()

@@ -1,0 +1,224 @@
+"""``ExclusiveJob`` -> one job row under its lease; the row and the lease -> ``.status``.
+
+One job per resource uid and generation: the job's unique key is
+``exclusivejob:<uid>:<generation>``, so a re-delivered event, a resumed
+operator or two replicas racing all get the same row back (``duplicate``), and
+the job id is recorded in ``status.jobId`` with the generation it belongs to.
+Once a generation has a job id it is never enqueued again, even if the row was
+purged meanwhile (a purge must not make a finished job run twice).
+
+A spec change (a new generation) enqueues the new job and cancels the previous
+generation's job if it is still pending (superseded); a running one finishes.
+
+The job row carries ``lease_name`` (``key:<concurrencyKey>`` or
+``job:<class>``), the lease the worker takes after claiming it. The operator
+image does not contain application code, so the row is enqueued without
+importing the class (``check=False``): unset queue / priority / timeout /
+retries take the engine's defaults, not the class's.
+
+Deleting the resource (kopf finalizer) cancels its job if it is still pending.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from typing import Any
+
+import kopf
+
+from jobwarden import errors
+from jobwarden.controller import events, specs
+from jobwarden.controller import status as st
+from jobwarden.controller.runtime import Runtime
+from jobwarden.structs.jobs import JobRecord
+from jobwarden.structs.leases import LeaseRecord
+from jobwarden.structs.states import JobStatus
+
+logger = logging.getLogger("jobwarden.controller.exclusive_jobs")
+
+KIND = "ExclusiveJob"
+RESOURCE = ("jobwarden.io", "v1alpha1", "exclusivejobs")
+
+
+def current_job_id(status: dict[str, Any], generation: int | None) -> int | None:
+    """The job id recorded for this generation, if any (pure)."""
+    if status.get("observedGeneration") != generation:
+        return None
+    raw = status.get("jobId")
+    try:
+        return int(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def superseded_job_id(status: dict[str, Any], generation: int | None) -> int | None:
+    """The previous generation's job id, when the status still names one (pure)."""
+    if status.get("observedGeneration") in (None, generation):
+        return None
+    raw = status.get("jobId")
+    try:
+        return int(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+class ExclusiveJobReconciler:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def enqueue(self, spec: specs.ExclusiveJobSpec, *, uid: str, generation: int) -> int:
+        job = spec.job
+        prepared = self.runtime.client.spec(
+            job.job_class, job.data, queue=job.queue, priority=job.priority,
+            timeout=job.timeout_seconds, max_retries=job.max_retries,
+            unique_key=specs.exclusive_unique_key(uid, generation), check=False)
+        prepared = dataclasses.replace(prepared, lease_name=spec.lease_name)
+        result = self.runtime.client.enqueue_specs([prepared])[0]
+        return result.id
+
+    def lease_of(self, job: JobRecord | None, spec: specs.ExclusiveJobSpec | None) -> str | None:
+        return (job.lease_name if job is not None and job.lease_name else
+                spec.lease_name if spec is not None else None)
+
+    def read_lease(self, name: str | None) -> LeaseRecord | None:
+        if name is None:
+            return None
+        rows = [r for r in self.runtime.db.leases.read(name) if r.slot == 0]
+        return rows[0] if rows else None
+
+    def reconcile(self, *, body: kopf.Body, patch: kopf.Patch, trigger: str) -> str:
+        meta = body.get("metadata", {})
+        generation = meta.get("generation")
+        uid = str(meta.get("uid"))
+        previous: dict[str, Any] = dict(body.get("status") or {})
+        now = dt.datetime.now(dt.UTC)
+        try:
+            spec = specs.parse_exclusive_job(body.get("spec"))
+        except specs.SpecError as exc:
+            conditions = st.exclusive_conditions(error=str(exc), job=None, lease_name=None)
+            desired = st.exclusive_status(previous=previous, generation=generation, job=None,
+                                          lease=None, conditions=conditions, now=now)
+            self._write(body, patch, previous, desired)
+            self.runtime.reconciled(KIND, "invalid")
+            return "invalid"
+        result = "unchanged"
+        try:
+            job_id = current_job_id(previous, generation)
+            if job_id is None:
+                job_id = self.enqueue(spec, uid=uid, generation=int(generation or 0))
+                result = "created"
+                logger.info("%s/%s: job %d enqueued under lease %r [%s]",
+                            meta.get("namespace"), meta.get("name"), job_id, spec.lease_name,
+                            trigger)
+                old = superseded_job_id(previous, generation)
+                if old is not None and old != job_id:
+                    self._supersede(body, old)
+            job = self.runtime.db.jobs.get(job_id)
+            lease = self.read_lease(self.lease_of(job, spec))
+        except errors.DatabaseUnavailable as exc:
+            self.runtime.failed(KIND)
+            self.runtime.health.database(False)
+            raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
+        self.runtime.health.database(True)
+        conditions = st.exclusive_conditions(error=None, job=job,
+                                             lease_name=self.lease_of(job, spec))
+        desired = st.exclusive_status(previous=previous, generation=generation, job=job,
+                                      lease=lease, conditions=conditions, now=now)
+        if job is None:
+            desired["jobId"] = str(job_id)  # keep the id even when the row is gone
+        self._write(body, patch, previous, desired)
+        self.runtime.reconciled(KIND, result)
+        return result
+
+    def _supersede(self, body: kopf.Body, job_id: int) -> None:
+        found = self.runtime.db.jobs.get(job_id)
+        if found is not None and found.status is JobStatus.PENDING:
+            self.runtime.db.jobs.cancel(job_id)
+            events.post(body, [st.Event(type="Normal", reason="Superseded",
+                                        message=f"job {job_id} of the previous generation "
+                                                "cancelled (it had not started)")])
+
+    def _write(self, body: kopf.Body, patch: kopf.Patch, previous: dict[str, Any],
+               desired: dict[str, Any]) -> None:
+        delta = st.status_patch(previous, desired, st.EXCLUSIVE_KEYS)
+        for key, value in delta.items():
+            patch.status[key] = value
+        posted = st.condition_events(previous.get("conditions"), desired.get("conditions", []))
+        changed = st.phase_event(previous.get("phase"), desired.get("phase"),
+                                 job_id=desired.get("jobId"))
+        if changed is not None:
+            posted.append(changed)
+        events.post(body, posted)
+
+    def delete(self, *, body: kopf.Body) -> None:
+        """Cancel the job if it has not started; a running or finished job is left as is."""
+        meta = body.get("metadata", {})
+        status: dict[str, Any] = dict(body.get("status") or {})
+        generation = meta.get("generation")
+        recorded = current_job_id(status, status.get("observedGeneration"))
+        ids: list[int] = [] if recorded is None else [recorded]
+        try:
+            keys = [specs.exclusive_unique_key(str(meta.get("uid")), g)
+                    for g in {int(generation or 0), int(generation or 0) - 1}
+                    if g > 0]
+            ids.extend(row[1] for row in self.runtime.db.rows("job_ids_by_unique_key",
+                                                               {"unique_keys": keys}))
+            cancelled = []
+            for job_id in sorted(set(ids)):
+                found = self.runtime.db.jobs.get(job_id)
+                if found is not None and found.status is JobStatus.PENDING:
+                    self.runtime.db.jobs.cancel(job_id)
+                    cancelled.append(job_id)
+        except errors.DatabaseUnavailable as exc:
+            self.runtime.failed(KIND)
+            raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
+        if cancelled:
+            logger.info("%s/%s deleted: cancelled pending job(s) %s", meta.get("namespace"),
+                        meta.get("name"), cancelled)
+        self.runtime.reconciled(KIND, "deleted")
+
+
+def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> ExclusiveJobReconciler:
+    reconciler = ExclusiveJobReconciler(runtime)
+    group, version, plural = RESOURCE
+
+    def on_change(body: kopf.Body, patch: kopf.Patch, reason: str, **_: Any) -> None:
+        try:
+            reconciler.reconcile(body=body, patch=patch, trigger=str(reason))
+        except kopf.TemporaryError:
+            raise
+        except Exception:
+            runtime.failed(KIND)
+            raise
+
+    def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        try:
+            reconciler.reconcile(body=body, patch=patch, trigger="timer")
+        except kopf.TemporaryError as exc:
+            logger.warning("status of %s/%s not refreshed: %s",
+                           body.get("metadata", {}).get("namespace"),
+                           body.get("metadata", {}).get("name"), exc)
+        except Exception:
+            runtime.failed(KIND)
+            raise
+
+    def on_delete(body: kopf.Body, **_: Any) -> None:
+        try:
+            reconciler.delete(body=body)
+        except kopf.TemporaryError:
+            raise
+        except Exception:
+            runtime.failed(KIND)
+            raise
+
+    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        decorator(group, version, plural, registry=registry, id="reconcile",
+                  backoff=5)(on_change)
+    kopf.on.delete(group, version, plural, registry=registry, id="cleanup",
+                   backoff=5)(on_delete)
+    kopf.timer(group, version, plural, registry=registry, id="mirror",
+               interval=runtime.config.status_interval,
+               initial_delay=runtime.config.status_interval)(on_timer)
+    return reconciler

@@ -1,0 +1,264 @@
+"""The operator's periodic work: schedule runner, reaper, database-wide gauges.
+
+Each loop runs in its own named thread and, before each pass, holds a database
+lease ``operator:<loop>``: of all operators sharing the database (replicas,
+other clusters) exactly one runs each loop at a time, and a dead holder is
+replaced once its lease lapses (three intervals, at least 10 s). Why a
+database lease and not kopf peering: peering is per cluster, and several
+clusters share one database.
+
+The lease is an efficiency and a "export once" guarantee, not what makes the
+work correct: every loop is safe to run concurrently (a slot's unique key
+decides "one job per slot", the reaper's claims are fenced), so a pass that
+outlives its lease costs a duplicate query, never a duplicate job. What the
+lease does guarantee is that the database-wide gauges are exported by one
+process only: an operator that does not hold ``operator:gauges`` removes them,
+so a ``sum()`` over operators never multiplies queue depth.
+
+A failing pass is logged and counted and the loop goes on: the loops never
+throw (a database outage must not stop kopf's reconciliation), and /healthz
+reports a loop thread that died.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from jobwarden import errors, metrics
+from jobwarden.controller.runtime import Runtime
+from jobwarden.db.database import Database
+from jobwarden.structs.states import JobStatus
+
+logger = logging.getLogger("jobwarden.controller.periodic")
+
+LEASE_PREFIX = "operator:"
+
+
+class LoopLease:
+    """An owner-fenced database lease this process tries to hold for one loop."""
+
+    def __init__(self, db: Database, *, name: str, owner: str, host: str, ttl: float) -> None:
+        self._db = db
+        self.name = name
+        self._owner = owner
+        self._host = host
+        self._ttl = ttl
+        self.token: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.token is not None
+
+    def hold(self) -> bool:
+        """Renew the lease if held, else try to take it; True when this process holds it."""
+        if self.token is not None:
+            renewed = self._db.leases.renew(name=self.name, owner=self._owner, token=self.token,
+                                            ttl_seconds=self._ttl)
+            if renewed is not None:
+                return True
+            logger.warning("lost lease %s (token %d): another operator took over", self.name,
+                           self.token)
+            self.token = None
+        found = self._db.leases.try_acquire(name=self.name, owner=self._owner,
+                                            ttl_seconds=self._ttl, host=self._host)
+        if found.acquired:
+            self.token = found.token
+            logger.info("holding lease %s (token %s): this operator runs the loop", self.name,
+                        found.token)
+            return True
+        return False
+
+    def release(self) -> None:
+        if self.token is None:
+            return
+        try:
+            self._db.leases.release(name=self.name, owner=self._owner, token=self.token)
+        except errors.JobwardenError as exc:
+            logger.warning("could not release lease %s (it will lapse): %s", self.name, exc)
+        self.token = None
+
+
+@dataclasses.dataclass
+class Loop:
+    name: str
+    interval: float
+    run: Callable[[], object]
+    #: Called when this process does not (or no longer) hold the loop's lease.
+    standby: Callable[[], None] | None = None
+
+
+class Periodic:
+    """Runs the loops, each under its lease, until :meth:`stop`."""
+
+    def __init__(self, runtime: Runtime, loops: list[Loop]) -> None:
+        self.runtime = runtime
+        self.loops = loops
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self.leases = {
+            loop.name: LoopLease(runtime.db, name=f"{LEASE_PREFIX}{loop.name}",
+                                 owner=runtime.owner, host=runtime.config.pod_name,
+                                 ttl=runtime.config.loop_lease_ttl(loop.interval))
+            for loop in loops
+        }
+        #: Completed passes per loop (tests and /healthz read it).
+        self.passes = {loop.name: 0 for loop in loops}
+
+    def start(self) -> None:
+        for loop in self.loops:
+            thread = threading.Thread(target=self._run, args=(loop,), daemon=True,
+                                      name=f"jobwarden-operator-{loop.name}")
+            thread.start()
+            self._threads.append(thread)
+
+    def alive(self) -> tuple[bool, str]:
+        dead = [t.name for t in self._threads if not t.is_alive()]
+        if dead and not self._stop.is_set():
+            return False, f"periodic thread(s) died: {', '.join(dead)}"
+        return True, "ok"
+
+    def stop(self, timeout: float = 10.0) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout)
+        for lease in self.leases.values():
+            lease.release()
+
+    def _run(self, loop: Loop) -> None:
+        lease = self.leases[loop.name]
+        delay = 0.0
+        while not self._stop.wait(delay):
+            delay = loop.interval * random.uniform(0.9, 1.1)
+            try:
+                holding = lease.hold()
+            except errors.JobwardenError as exc:
+                logger.warning("loop %s: cannot reach the lease table: %s", loop.name, exc)
+                self.runtime.health.database(False)
+                holding = False
+                lease.token = None
+            if not holding:
+                if loop.standby is not None:
+                    loop.standby()
+                continue
+            try:
+                loop.run()
+                self.runtime.health.database(True)
+            except errors.DatabaseUnavailable as exc:
+                self.runtime.health.database(False)
+                logger.warning("loop %s: database unavailable: %s", loop.name, exc)
+            except Exception:
+                logger.exception("loop %s failed (it will run again)", loop.name)
+            self.passes[loop.name] += 1
+
+
+# -- the loops ------------------------------------------------------------------------------
+
+
+def reap(db: Database) -> int:
+    """Reclaim stale claims (the same counting as a worker's reaper)."""
+    reaped = db.jobs.reap()
+    for job in reaped:
+        outcome = {JobStatus.PENDING: "retried", JobStatus.INTERRUPTED: "interrupted"}.get(
+            job.status, job.status.value)
+        metrics.JOBS_REAPED.labels(job.queue, job.job_class, outcome).inc()
+        if job.status is JobStatus.INTERRUPTED:
+            metrics.JOBS_INTERRUPTED.labels(job.queue, job.job_class).inc()
+        logger.warning("reaped job %d (%s) from %s -> %s", job.id, job.job_class,
+                       job.claimed_by, job.status.value)
+    return len(reaped)
+
+
+class ScheduleRunner:
+    """``jobwarden.schedules.runner.enqueue_due`` once per pass, when the module exists."""
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._enqueue_due: Callable[..., Any] | None = None
+        self._missing_logged = False
+
+    def __call__(self) -> None:
+        if self._enqueue_due is None:
+            try:
+                from jobwarden.schedules import runner
+            except ImportError:
+                if not self._missing_logged:
+                    logger.warning("no schedule runner in this jobwarden: schedules are not run")
+                    self._missing_logged = True
+                return
+            self._enqueue_due = runner.enqueue_due
+        report = self._enqueue_due(self._db)
+        if getattr(report, "enqueued", 0) or getattr(report, "errors", 0):
+            logger.info("schedule runner: %s", report)
+
+
+class Gauges:
+    """The database-wide gauges, set by the holder of ``operator:gauges`` only."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self._depth: set[tuple[str, str]] = set()
+        self._oldest: set[str] = set()
+        self._schedules: set[str] = set()
+        self._hosts: set[tuple[str, str]] = set()
+
+    def __call__(self) -> None:
+        db = self.runtime.db
+        depth = {(s.queue, s.status.value): float(s.count) for s in db.jobs.stats()}
+        queues = {queue for queue, _ in depth}
+        for queue in queues:  # every status of a known queue, zeros included
+            for state in JobStatus:
+                depth.setdefault((queue, state.value), 0)
+        self._depth = _replace(metrics.QUEUE_DEPTH, self._depth, depth)
+        oldest_of = getattr(db.jobs, "oldest_pending", None)
+        if callable(oldest_of):
+            oldest: dict[str, float] = dict(oldest_of())
+            self._oldest = _replace(metrics.QUEUE_OLDEST_PENDING, self._oldest,
+                                    {(q,): oldest.get(q, 0.0) for q in queues | set(oldest)})
+        counts = getattr(db.hosts, "counts", None)
+        if callable(counts):
+            hosts = {(c.pool, c.state): float(c.count) for c in counts()}
+            self._hosts = _replace(metrics.HOSTS, self._hosts, hosts)
+        store = getattr(self.runtime.client, "schedules", None)
+        health = getattr(store, "health", None)
+        if callable(health):
+            since: dict[tuple[str, ...], float] = {}
+            lag: dict[tuple[str, ...], float] = {}
+            for item in health():
+                since[(item.name,)] = float(item.seconds_since_success)
+                lag[(item.name,)] = float(item.lag_seconds)
+            _replace(metrics.SCHEDULE_SINCE_SUCCESS, self._schedules, since)
+            self._schedules = _replace(metrics.SCHEDULE_LAG, self._schedules, lag)
+
+    def clear(self) -> None:
+        """Not the holder (any more): export none of the database-wide gauges."""
+        for gauge in (metrics.QUEUE_DEPTH, metrics.QUEUE_OLDEST_PENDING,
+                      metrics.SCHEDULE_SINCE_SUCCESS, metrics.SCHEDULE_LAG, metrics.HOSTS):
+            gauge.clear()
+        self._depth, self._oldest, self._schedules, self._hosts = set(), set(), set(), set()
+
+
+def _replace(gauge: Any, previous: set[Any], values: dict[Any, float]) -> set[Any]:
+    """Set every labelled value and remove the label sets that disappeared."""
+    for labels, value in values.items():
+        gauge.labels(*labels).set(value)
+    for labels in previous - set(values):
+        with contextlib.suppress(KeyError):
+            gauge.remove(*labels)
+    return set(values)
+
+
+def loops(runtime: Runtime) -> tuple[list[Loop], Gauges]:
+    config = runtime.config
+    gauges = Gauges(runtime)
+    return [
+        Loop(name="schedules", interval=config.schedule_interval,
+             run=ScheduleRunner(runtime.db)),
+        Loop(name="reaper", interval=config.reap_interval, run=lambda: reap(runtime.db)),
+        Loop(name="gauges", interval=config.gauge_interval, run=gauges, standby=gauges.clear),
+    ], gauges

@@ -1,0 +1,55 @@
+"""What every handler of one operator instance shares: the database, its settings, health.
+
+One :class:`Runtime` per operator (not module globals), so two operators can
+run in one process in tests, each against its own cluster, and so the handler
+modules receive their dependencies instead of importing them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import uuid
+
+from jobwarden import metrics
+from jobwarden.client import Client
+from jobwarden.controller import specs
+from jobwarden.controller.config import OperatorConfig
+from jobwarden.db.database import Database
+
+
+@dataclasses.dataclass
+class Health:
+    """What /healthz and /readyz answer from (written by kopf's tasks and the loops)."""
+
+    kopf_started: threading.Event = dataclasses.field(default_factory=threading.Event)
+    kopf_ready: threading.Event = dataclasses.field(default_factory=threading.Event)
+    kopf_stopped: threading.Event = dataclasses.field(default_factory=threading.Event)
+    db_ok: bool = False
+    db_checked_at: float = 0.0
+    crashed: str | None = None
+
+    def database(self, ok: bool) -> None:
+        self.db_ok = ok
+        self.db_checked_at = time.monotonic()
+
+
+class Runtime:
+    def __init__(self, db: Database, config: OperatorConfig) -> None:
+        self.db = db
+        self.client = Client(database=db)
+        self.config = config
+        self.source = specs.source_of(config.cluster)
+        #: This process's identity as a lease owner (unique per process, readable).
+        self.owner = f"operator:{config.pod_name}:{uuid.uuid4().hex[:8]}"
+        self.health = Health()
+
+    @staticmethod
+    def reconciled(kind: str, result: str) -> None:
+        metrics.OPERATOR_RECONCILES.labels(kind, result).inc()
+
+    @staticmethod
+    def failed(kind: str) -> None:
+        metrics.OPERATOR_ERRORS.labels(kind).inc()
+        metrics.OPERATOR_RECONCILES.labels(kind, "error").inc()

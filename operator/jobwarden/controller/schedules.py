@@ -1,0 +1,248 @@
+"""``JobSchedule`` -> one schedule row; the row (and its last job) -> ``.status``.
+
+Level-triggered on purpose: the create/update/resume handlers and the status
+timer all call the same :meth:`ScheduleReconciler.reconcile`, which reads the
+spec and the row as they are *now* and converges them. A missed watch event,
+an operator restart, a row deleted by hand or by another cluster: the next pass
+repairs it, with no per-event bookkeeping to get wrong.
+
+Rules (decided by the pure functions in :mod:`jobwarden.controller.status`):
+
+* An invalid spec (cron syntax, time zone, catch-up...) sets ``Ready=False``
+  with the reason and posts a Warning Event; the database is not touched (a
+  previously valid row keeps running unchanged).
+* The row is named ``<namespace>/<name>``; the same resource in several
+  clusters is ONE schedule. Its ``source`` names the cluster that wrote it. A
+  cluster whose spec differs from a row another cluster wrote reports
+  ``Conflicting=True`` and leaves the row alone (first writer wins).
+* Delete goes through kopf's finalizer: the row is deleted only when this
+  cluster wrote it; another cluster's row stays (it re-creates it anyway).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from typing import Any, Protocol
+
+import kopf
+
+from jobwarden import errors
+from jobwarden.controller import events, specs
+from jobwarden.controller import status as st
+from jobwarden.controller.runtime import Runtime
+
+logger = logging.getLogger("jobwarden.controller.schedules")
+
+KIND = "JobSchedule"
+RESOURCE = ("jobwarden.io", "v1alpha1", "jobschedules")
+
+
+class ScheduleRow(Protocol):
+    """The part of ``structs.schedules.ScheduleRecord`` the operator reads."""
+
+    name: str
+    source: str
+    spec_hash: str
+    suspended: bool
+    last_slot: dt.datetime | None
+    next_slot: dt.datetime | None
+    enqueued_count: int
+    skipped_count: int
+    missed_count: int
+    last_job_id: int | None
+    last_job_status: str | None
+
+
+class ScheduleStore(Protocol):
+    """``client.schedules`` as far as the operator uses it."""
+
+    def get(self, name: str) -> Any: ...
+
+    def upsert(self, name: str, **kwargs: Any) -> Any: ...
+
+    def delete(self, name: str) -> Any: ...
+
+
+def store_of(runtime: Runtime) -> ScheduleStore:
+    found: ScheduleStore | None = getattr(runtime.client, "schedules", None)
+    if found is None:
+        raise errors.ConfigurationError("this jobwarden has no schedule store (client.schedules)")
+    return found
+
+
+def row_matches(store: ScheduleStore, row: Any, desired: specs.ScheduleSpec) -> bool:
+    """Does the stored row already say what ``desired`` says?
+
+    By the store's own ``spec_hash`` when it can compute one for a definition
+    (exactly the store's notion of "same spec"), else field by field.
+    """
+    hasher = getattr(store, "spec_hash", None)
+    if callable(hasher):
+        return bool(hasher(**desired.store_arguments()) == row.spec_hash)
+    wanted = desired.store_arguments()
+    suspended = getattr(row, "spec_suspended", None)
+    for key, value in wanted.items():
+        have = getattr(row, key, None)
+        if key == "suspended" and suspended is not None and row.suspended != suspended:
+            have = suspended  # a manual suspend is not part of the spec
+        if key == "interval" and value is not None and have is not None:
+            from jobwarden import schedules
+
+            if schedules.parse_interval(str(have)) != schedules.parse_interval(value):
+                return False
+            continue
+        if key == "timeout_seconds" and value is not None and have is not None:
+            if float(have) != float(value):
+                return False
+            continue
+        if key == "data" and (value or None) == (have or None):
+            continue
+        if have != value:
+            return False
+    return True
+
+
+def view_of(row: Any) -> st.ScheduleView:
+    return st.ScheduleView(
+        last_slot=row.last_slot, next_slot=row.next_slot, suspended=bool(row.suspended),
+        enqueued=int(row.enqueued_count), skipped=int(row.skipped_count),
+        missed=int(row.missed_count), last_job_id=row.last_job_id,
+        last_job_status=row.last_job_status,
+        last_job_finished_at=getattr(row, "last_job_finished_at", None),
+    )
+
+
+class ScheduleReconciler:
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    def reconcile(self, *, body: kopf.Body, patch: kopf.Patch, trigger: str) -> str:
+        """One convergence pass; returns the result label it counted."""
+        meta = body.get("metadata", {})
+        namespace = str(meta.get("namespace") or "default")
+        row_name = specs.schedule_row_name(namespace, str(meta.get("name")))
+        generation = meta.get("generation")
+        previous: dict[str, Any] = dict(body.get("status") or {})
+        now = dt.datetime.now(dt.UTC)
+        try:
+            desired = specs.parse_job_schedule(body.get("spec"))
+        except specs.SpecError as exc:
+            conditions = st.schedule_conditions(
+                action=None, error=str(exc), suspended=None, row_name=row_name,
+                row_source=None, our_source=self.runtime.source)
+            desired_status = st.schedule_status(previous=previous, generation=generation,
+                                                view=None, conditions=conditions, now=now)
+            self._write(body, patch, previous, desired_status, action=None, row_name=row_name)
+            self.runtime.reconciled(KIND, "invalid")
+            return "invalid"
+        store = store_of(self.runtime)
+        try:
+            row = store.get(row_name)
+            action = st.decide_schedule(
+                row_exists=row is not None, row_source=getattr(row, "source", None),
+                row_matches=row is not None and row_matches(store, row, desired),
+                our_source=self.runtime.source)
+            if action in ("create", "update"):
+                row = store.upsert(row_name, **desired.store_arguments(),
+                                   source=self.runtime.source)
+                logger.info("%s schedule %s (%s) [%s]", "created" if action == "create"
+                            else "updated", row_name, desired.describe(), trigger)
+        except errors.DatabaseUnavailable as exc:
+            self.runtime.failed(KIND)
+            self.runtime.health.database(False)
+            raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
+        self.runtime.health.database(True)
+        conditions = st.schedule_conditions(
+            action=action, error=None,
+            suspended=bool(row.suspended) if row is not None else desired.suspended,
+            row_name=row_name, row_source=getattr(row, "source", None),
+            our_source=self.runtime.source)
+        desired_status = st.schedule_status(
+            previous=previous, generation=generation,
+            view=view_of(row) if row is not None else None, conditions=conditions, now=now)
+        self._write(body, patch, previous, desired_status, action=action, row_name=row_name,
+                    describe=desired.describe())
+        result = {"create": "created", "update": "updated", "none": "unchanged",
+                  "conflict": "conflict"}[action]
+        self.runtime.reconciled(KIND, result)
+        return result
+
+    def _write(self, body: kopf.Body, patch: kopf.Patch, previous: dict[str, Any],
+               desired_status: dict[str, Any], *, action: st.ScheduleAction | None,
+               row_name: str, describe: str = "") -> None:
+        delta = st.status_patch(previous, desired_status, st.SCHEDULE_KEYS)
+        for key, value in delta.items():
+            patch.status[key] = value
+        posted = st.condition_events(previous.get("conditions"),
+                                     desired_status.get("conditions", []))
+        if action == "create":
+            posted.insert(0, st.Event(type="Normal", reason="Created",
+                                      message=f"schedule {row_name!r} created: {describe}"))
+        elif action == "update":
+            posted.insert(0, st.Event(type="Normal", reason="Updated",
+                                      message=f"schedule {row_name!r} updated: {describe}"))
+        events.post(body, posted)
+
+    def delete(self, *, body: kopf.Body) -> None:
+        meta = body.get("metadata", {})
+        row_name = specs.schedule_row_name(str(meta.get("namespace") or "default"),
+                                           str(meta.get("name")))
+        store = store_of(self.runtime)
+        try:
+            row = store.get(row_name)
+            if row is not None and row.source == self.runtime.source:
+                store.delete(row_name)
+                logger.info("deleted schedule %s", row_name)
+                self.runtime.reconciled(KIND, "deleted")
+            else:
+                logger.info("schedule %s is not this cluster's (%s): left in place", row_name,
+                            getattr(row, "source", "no row"))
+                self.runtime.reconciled(KIND, "released")
+        except errors.DatabaseUnavailable as exc:
+            self.runtime.failed(KIND)
+            raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
+
+
+def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> ScheduleReconciler:
+    reconciler = ScheduleReconciler(runtime)
+    group, version, plural = RESOURCE
+
+    def on_change(body: kopf.Body, patch: kopf.Patch, reason: str, **_: Any) -> None:
+        try:
+            reconciler.reconcile(body=body, patch=patch, trigger=str(reason))
+        except kopf.TemporaryError:
+            raise
+        except Exception:
+            runtime.failed(KIND)
+            raise
+
+    def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        try:
+            reconciler.reconcile(body=body, patch=patch, trigger="timer")
+        except kopf.TemporaryError as exc:
+            logger.warning("status of %s/%s not refreshed: %s",
+                           body.get("metadata", {}).get("namespace"),
+                           body.get("metadata", {}).get("name"), exc)
+        except Exception:
+            runtime.failed(KIND)
+            raise
+
+    def on_delete(body: kopf.Body, **_: Any) -> None:
+        try:
+            reconciler.delete(body=body)
+        except kopf.TemporaryError:
+            raise
+        except Exception:
+            runtime.failed(KIND)
+            raise
+
+    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        decorator(group, version, plural, registry=registry, id="reconcile",
+                  backoff=5)(on_change)
+    kopf.on.delete(group, version, plural, registry=registry, id="cleanup",
+                   backoff=5)(on_delete)
+    kopf.timer(group, version, plural, registry=registry, id="mirror",
+               interval=runtime.config.status_interval,
+               initial_delay=runtime.config.status_interval)(on_timer)
+    return reconciler

@@ -1,0 +1,313 @@
+"""Typed parsing of ``JobSchedule`` and ``ExclusiveJob`` specs: pure, with clear errors.
+
+Why a parser of its own when the API server already validated the object: the
+OpenAPI schema and CEL rules cannot check cron syntax, time-zone names or
+catch-up rules, an older CRD (or a cluster without validation, such as the test
+emulator) may let anything through, and the operator must never turn a bad
+manifest into a database row. So every field is read through one
+:class:`_Reader` that knows its dotted path (``spec.job.timeoutSeconds``): an
+error names the field, and the set of paths the code reads is declared in
+:data:`SCHEDULE_FIELDS` / :data:`EXCLUSIVE_FIELDS` so a test can prove the CRDs
+and this module agree.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import re
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from jobwarden import schedules
+from jobwarden.db.leases import lease_name
+from jobwarden.schedules import walltime
+
+Overlap = Literal["Allow", "Forbid", "Replace"]
+OnBusy = Literal["defer", "skip", "fail"]
+CatchUp = Literal["latest", "none", "all"]
+
+#: Where every schedule row that came from Kubernetes says it came from.
+SOURCE_PREFIX = "kubernetes:"
+
+_CLASS_PATH = re.compile(
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+)
+_QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
+
+#: Fields of ``spec.job`` (both kinds), relative to the spec.
+JOB_FIELDS = ("job", "job.class", "job.data", "job.queue", "job.priority",
+              "job.timeoutSeconds", "job.maxRetries")
+#: Every path under ``spec`` the JobSchedule parser reads.
+SCHEDULE_FIELDS = ("schedule", "interval", "timeZone", *JOB_FIELDS, "catchUp",
+                   "catchUpWindowSeconds", "catchUpMax", "concurrencyPolicy", "suspend",
+                   "workerPool")
+#: Every path under ``spec`` the ExclusiveJob parser reads.
+EXCLUSIVE_FIELDS = (*JOB_FIELDS, "concurrencyKey", "lease", "lease.ttlSeconds", "lease.onBusy",
+                    "workerPool")
+
+
+class SpecError(ValueError):
+    """A spec the operator refuses; ``field`` is the dotted path at fault."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"spec.{field}: {message}")
+        self.field = field
+        self.reason = "InvalidSpec"
+
+
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+class _Reader:
+    """Reads dotted paths of one spec mapping, type-checked, naming the field on error."""
+
+    def __init__(self, spec: Mapping[str, Any] | None, fields: tuple[str, ...]) -> None:
+        if spec is not None and not isinstance(spec, Mapping):
+            raise SpecError("", "must be an object")
+        self._spec: Mapping[str, Any] = spec or {}
+        self._fields = fields
+
+    def raw(self, path: str) -> Any:
+        assert path in self._fields, f"{path} is not declared in the field list"
+        node: Any = self._spec
+        walked: list[str] = []
+        for part in path.split("."):
+            if node is None:
+                return _MISSING
+            if not isinstance(node, Mapping):
+                raise SpecError(".".join(walked), "must be an object")
+            walked.append(part)
+            node = node.get(part, _MISSING)
+            if node is _MISSING:
+                return _MISSING
+        return node
+
+    def string(self, path: str, *, default: str | None = None,
+               required: bool = False) -> str | None:
+        value = self.raw(path)
+        if value is _MISSING or value is None:
+            if required:
+                raise SpecError(path, "is required")
+            return default
+        if not isinstance(value, str):
+            raise SpecError(path, f"must be a string, not {type(value).__name__}")
+        if not value.strip():
+            if required:
+                raise SpecError(path, "must not be empty")
+            return default
+        return value
+
+    def integer(self, path: str, *, default: int | None = None, minimum: int | None = None,
+                maximum: int | None = None) -> int | None:
+        value = self.raw(path)
+        if value is _MISSING or value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                isinstance(value, float) and (not math.isfinite(value)
+                                              or not value.is_integer())):
+            raise SpecError(path, f"must be an integer, not {value!r}")
+        number = int(value)
+        if minimum is not None and number < minimum:
+            raise SpecError(path, f"must be at least {minimum}, not {number}")
+        if maximum is not None and number > maximum:
+            raise SpecError(path, f"must be at most {maximum}, not {number}")
+        return number
+
+    def boolean(self, path: str, *, default: bool) -> bool:
+        value = self.raw(path)
+        if value is _MISSING or value is None:
+            return default
+        if not isinstance(value, bool):
+            raise SpecError(path, f"must be true or false, not {value!r}")
+        return value
+
+    def choice(self, path: str, allowed: tuple[str, ...], *, default: str) -> str:
+        value = self.string(path, default=default)
+        assert value is not None
+        if value not in allowed:
+            raise SpecError(path, f"must be one of {', '.join(allowed)}, not {value!r}")
+        return value
+
+    def mapping(self, path: str) -> dict[str, Any]:
+        value = self.raw(path)
+        if value is _MISSING or value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise SpecError(path, f"must be an object, not {type(value).__name__}")
+        return dict(value)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class JobTemplate:
+    """``spec.job``: what to enqueue. ``None`` means "the job class's own value"."""
+
+    job_class: str
+    data: dict[str, Any]
+    queue: str | None
+    priority: int | None
+    timeout_seconds: int | None
+    max_retries: int | None
+
+
+def _job(reader: _Reader) -> JobTemplate:
+    reader.mapping("job")
+    job_class = reader.string("job.class", required=True)
+    assert job_class is not None
+    if not _CLASS_PATH.match(job_class):
+        raise SpecError("job.class", f"{job_class!r} must look like 'package.module:Name'")
+    data = reader.mapping("job.data")
+    try:
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise SpecError("job.data", f"must be plain JSON: {exc}") from exc
+    queue = reader.string("job.queue")
+    if queue is not None and (len(queue) > 63 or not _QUEUE.match(queue)):
+        raise SpecError("job.queue", f"{queue!r} is not a valid queue name (lowercase letters, "
+                                     "digits, '-', '_', '.'; at most 63)")
+    return JobTemplate(
+        job_class=job_class, data=data, queue=queue,
+        priority=reader.integer("job.priority", minimum=-32768, maximum=32767),
+        timeout_seconds=reader.integer("job.timeoutSeconds", minimum=1, maximum=604800),
+        max_retries=reader.integer("job.maxRetries", minimum=0, maximum=1000),
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScheduleSpec:
+    """A valid ``JobSchedule`` spec, in the schedule store's vocabulary."""
+
+    cron: str | None
+    interval: str | None
+    timezone: str
+    job: JobTemplate
+    catch_up: CatchUp
+    catch_up_window_seconds: int
+    catch_up_max: int
+    overlap: Overlap
+    suspended: bool
+    worker_pool: str | None
+
+    def store_arguments(self) -> dict[str, Any]:
+        """Keyword arguments of ``client.schedules.upsert`` (all but name and source)."""
+        return {
+            "cron": self.cron, "interval": self.interval, "timezone": self.timezone,
+            "job_class": self.job.job_class, "data": self.job.data, "queue": self.job.queue,
+            "priority": self.job.priority, "timeout_seconds": self.job.timeout_seconds,
+            "max_retries": self.job.max_retries, "catch_up": self.catch_up,
+            "catch_up_window_seconds": self.catch_up_window_seconds,
+            "catch_up_max": self.catch_up_max, "overlap": self.overlap,
+            "suspended": self.suspended,
+        }
+
+    def describe(self) -> str:
+        when = f"every {self.interval}" if self.interval else f"{self.cron!r} ({self.timezone})"
+        return f"{self.job.job_class} {when}"
+
+
+def parse_job_schedule(spec: Mapping[str, Any] | None) -> ScheduleSpec:
+    """Validate a JobSchedule spec completely; raise :class:`SpecError` on the first fault."""
+    reader = _Reader(spec, SCHEDULE_FIELDS)
+    cron = reader.string("schedule")
+    interval = reader.string("interval")
+    if (cron is None) == (interval is None):
+        raise SpecError("schedule", "set exactly one of spec.schedule (a cron expression) "
+                                    "or spec.interval (e.g. 30s, 5m, 2h)")
+    timezone = reader.string("timeZone", default="UTC")
+    assert timezone is not None
+    try:
+        # The zone is checked for intervals too (a typo is a typo), but an interval
+        # is epoch-aligned in UTC, so it is stored with UTC (the CRD documents that
+        # timeZone is ignored for intervals).
+        walltime.load_zone(timezone)
+    except schedules.ScheduleError as exc:
+        raise SpecError("timeZone", str(exc)) from exc
+    try:
+        if interval is not None:
+            schedules.parse(interval=interval)
+        else:
+            schedules.parse(cron, timezone=timezone)
+    except schedules.ScheduleError as exc:
+        raise SpecError("interval" if interval is not None else "schedule", str(exc)) from exc
+    catch_up = reader.choice("catchUp", ("latest", "none", "all"), default="latest")
+    window = reader.integer("catchUpWindowSeconds", default=3600, minimum=60, maximum=2678400)
+    most = reader.integer("catchUpMax", default=10, minimum=1, maximum=1000)
+    assert window is not None and most is not None
+    try:
+        schedules.validate_catch_up(catch_up=catch_up, window_seconds=window, max_catch_up=most)
+    except schedules.ScheduleError as exc:
+        raise SpecError("catchUp", str(exc)) from exc
+    overlap = reader.choice("concurrencyPolicy", ("Allow", "Forbid", "Replace"),
+                            default="Allow")
+    return ScheduleSpec(
+        cron=cron, interval=interval, timezone="UTC" if interval is not None else timezone,
+        job=_job(reader), catch_up=catch_up,  # type: ignore[arg-type]
+        catch_up_window_seconds=window, catch_up_max=most,
+        overlap=overlap,  # type: ignore[arg-type]
+        suspended=reader.boolean("suspend", default=False),
+        worker_pool=reader.string("workerPool"),
+    )
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ExclusiveJobSpec:
+    """A valid ``ExclusiveJob`` spec."""
+
+    job: JobTemplate
+    concurrency_key: str | None
+    lease_ttl_seconds: int | None
+    on_busy: OnBusy
+    worker_pool: str | None
+
+    @property
+    def lease_name(self) -> str:
+        """The lease the worker takes: ``key:<concurrencyKey>``, else ``job:<class>``.
+
+        The same names a job class's ``concurrency_key`` / ``exclusive`` produce
+        (jobwarden.exclusive), so a resource and application code that use the
+        same key exclude each other.
+        """
+        if self.concurrency_key is not None:
+            return lease_name(f"key:{self.concurrency_key}")
+        return lease_name(f"job:{self.job.job_class}")
+
+
+def parse_exclusive_job(spec: Mapping[str, Any] | None) -> ExclusiveJobSpec:
+    """Validate an ExclusiveJob spec completely; raise :class:`SpecError` on the first fault."""
+    reader = _Reader(spec, EXCLUSIVE_FIELDS)
+    job = _job(reader)
+    key = reader.string("concurrencyKey")
+    if key is not None and len(key) > 200:
+        raise SpecError("concurrencyKey", "must be at most 200 characters")
+    reader.mapping("lease")
+    return ExclusiveJobSpec(
+        job=job, concurrency_key=key,
+        lease_ttl_seconds=reader.integer("lease.ttlSeconds", minimum=5, maximum=86400),
+        on_busy=reader.choice("lease.onBusy", ("defer", "skip", "fail"),
+                              default="defer"),  # type: ignore[arg-type]
+        worker_pool=reader.string("workerPool"),
+    )
+
+
+def schedule_row_name(namespace: str, name: str) -> str:
+    """The schedule's name in the database: ``<namespace>/<name>``.
+
+    Namespaced so two teams' ``nightly`` schedules stay apart, and without a
+    cluster part so the same resource applied in several clusters is ONE
+    schedule (its slots are enqueued once, whichever cluster's runner gets there).
+    """
+    return f"{namespace}/{name}"
+
+
+def exclusive_unique_key(uid: str, generation: int) -> str:
+    """One job per resource uid and generation: re-delivery and restarts enqueue nothing new."""
+    return f"exclusivejob:{uid}:{generation}"
+
+
+def source_of(cluster: str) -> str:
+    return f"{SOURCE_PREFIX}{cluster}"
