@@ -36,6 +36,7 @@ COMMAND_MODULES = [
     "jobwarden.cli.dev",
     "jobwarden.cli.hosts",
     "jobwarden.cli.schedules",
+    "jobwarden.cli.operator",
 ]
 
 _ERROR_CODES: list[tuple[type[BaseException], int]] = [
