@@ -219,7 +219,7 @@ class ExclusiveJobs:
         if not held.lost:
             try:
                 ok = self._db.leases.release(name=held.name, owner=held.owner,
-                                             token=held.token, wake_jobs=True)
+                                             token=held.token)
             except errors.DatabaseUnavailable as exc:
                 logger.warning("job %d: could not release lease %r (it will expire): %s",
                                attempt.claim.id, held.name, exc)

@@ -98,6 +98,19 @@ def test_a_lease_held_elsewhere_stops_the_run_and_the_job_waits_pending_with_its
     assert _value(metrics.LEASE_BUSY, "key") == busy + 1
 
 
+def test_a_released_lease_hands_over_to_the_deferred_job_at_once(
+        client: jobwarden.Client, start_worker: Callable[..., Worker], dsn: str) -> None:
+    with held_elsewhere(client.db, "key:busy-key", ttl=20):
+        job_id = client.enqueue(leasejobs.BusyOnce).id
+        start_worker()
+        wait_for(lambda: client.job(job_id).deferrals >= 1, message="deferred")
+        wait_for(lambda: _status(client, job_id) is JobStatus.PENDING, message="pending again")
+    # Released: the job is due now instead of in ~20 s.
+    wait_for(lambda: _status(client, job_id) is JobStatus.COMPLETED, timeout=5,
+             message="ran right after the release")
+    assert len(audit_rows(dsn, "ran")) == 1
+
+
 def test_a_permanently_busy_key_never_uses_up_retries(
         client: jobwarden.Client, start_worker: Callable[..., Worker], dsn: str) -> None:
     job_id = client.enqueue(leasejobs.BusyOnce).id  # max_retries = 1

@@ -147,10 +147,11 @@ class LeasesTable:
         return {(r[0], r[1], r[2]) for r in rows}
 
     def release(self, *, name: str, owner: str, slot: int = 0, token: int | None = None,
-                wake_jobs: bool = False) -> bool:
+                wake_jobs: bool = True) -> bool:
         """Free the lease and wake waiters; False when it was no longer ours.
 
-        ``wake_jobs``: also make the next job deferred on this lease due now.
+        ``wake_jobs``: also make the next job deferred on this lease due now (an
+        index probe; a script holding ``key:<k>`` to hold jobs back gets it too).
         """
         found = self._db.row("lease_release", {
             "name": lease_name(name), "slot": slot, "owner": owner, "token": token,

@@ -1,0 +1,112 @@
+"""At most one holder at any instant, while holders are killed and frozen at random.
+
+Five processes contend for one lease (ttl 0.5 s) for at least 2,000 critical
+sections while the test SIGKILLs holders (and starts replacements) and
+SIGSTOPs them for up to 1.2 s (longer than the ttl, so their lease lapses and is
+taken over while they are frozen). Each critical section is recorded from inside
+with the database clock; a section whose release found the lease still its own
+is *valid*. No two valid sections may overlap, and their fencing tokens must
+strictly increase in time order.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psycopg
+
+from tests.leases.contender import AUDIT_DDL, NAME
+
+REPO = Path(__file__).resolve().parents[2]
+PROCESSES = 5
+TARGET_CYCLES = 2000
+DEADLINE_SECONDS = 55
+
+
+def _spawn(dsn: str) -> subprocess.Popen[bytes]:
+    # synchronous_commit=off: this machine's fsync, not the lease, would otherwise
+    # set the pace. It changes durability after a server crash only; locking,
+    # visibility and the statements' atomicity are the same.
+    env = {**os.environ, "JOBWARDEN_TEST_AUDIT_DSN": dsn, "PYTHONPATH": str(REPO),
+           "PGOPTIONS": "-c synchronous_commit=off"}
+    return subprocess.Popen([sys.executable, "-m", "tests.leases.contender"],
+                            env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+
+
+def test_no_two_valid_holders_overlap_under_kills_and_freezes(dsn: str) -> None:
+    rng = random.Random(20261129)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(AUDIT_DDL)
+    procs = {p.pid: p for p in (_spawn(dsn) for _ in range(PROCESSES))}
+    frozen: dict[int, float] = {}  # pid -> when to SIGCONT it
+    kills = freezes = 0
+    started = time.monotonic()
+    next_chaos = started + 1.0
+    try:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            while True:
+                now = time.monotonic()
+                valid = conn.execute("SELECT count(*) FROM public.lease_audit "
+                                     "WHERE released").fetchone()
+                if valid and valid[0] >= TARGET_CYCLES and kills >= 5 and freezes >= 5:
+                    break
+                assert now - started < DEADLINE_SECONDS, (
+                    f"only {valid} valid cycles, {kills} kills, {freezes} freezes "
+                    f"in {DEADLINE_SECONDS}s")
+                for pid, until in list(frozen.items()):
+                    if now >= until:
+                        os.kill(pid, signal.SIGCONT)
+                        del frozen[pid]
+                if now >= next_chaos:
+                    holder = conn.execute(
+                        "SELECT owner FROM jobwarden.leases WHERE name = %s", (NAME,)).fetchone()
+                    pid = int(holder[0].removeprefix("pid-")) if holder and holder[0] else 0
+                    victim = procs.get(pid)
+                    if victim is not None and victim.poll() is None and pid not in frozen:
+                        next_chaos = now + rng.uniform(0.8, 1.6)
+                        if rng.random() < 0.4:
+                            victim.kill()
+                            victim.wait()
+                            del procs[pid]
+                            fresh = _spawn(dsn)
+                            procs[fresh.pid] = fresh
+                            kills += 1
+                        else:
+                            # Frozen for up to 2.4 ttl: often long enough to be taken over.
+                            os.kill(pid, signal.SIGSTOP)
+                            frozen[pid] = now + rng.uniform(0.1, 1.2)
+                            freezes += 1
+                time.sleep(0.02)  # the pace of the chaos loop, not a wait for a state
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGCONT)
+                proc.kill()
+            proc.wait(timeout=10)
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        valid_rows = conn.execute(
+            "SELECT token, started, ended FROM public.lease_audit "
+            "WHERE released AND ended IS NOT NULL ORDER BY started").fetchall()
+        lost = conn.execute("SELECT count(*) FROM public.lease_audit WHERE NOT released"
+                            ).fetchone()
+        unfinished = conn.execute("SELECT count(*) FROM public.lease_audit "
+                                  "WHERE released IS NULL").fetchone()
+        all_tokens = [r[0] for r in conn.execute("SELECT token FROM public.lease_audit")]
+
+    assert len(valid_rows) >= TARGET_CYCLES
+    for (token_a, _, end_a), (token_b, start_b, _) in itertools.pairwise(valid_rows):
+        assert end_a <= start_b, f"token {token_a} overlaps token {token_b}"
+        assert token_a < token_b
+    assert len(set(all_tokens)) == len(all_tokens)  # one token per acquisition
+    # The chaos really happened: frozen holders lost leases, killed ones left them.
+    assert lost is not None and lost[0] > 0
+    assert unfinished is not None and unfinished[0] > 0
+    assert time.monotonic() - started < 60
