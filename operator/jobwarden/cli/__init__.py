@@ -37,6 +37,7 @@ COMMAND_MODULES = [
     "jobwarden.cli.hosts",
     "jobwarden.cli.schedules",
     "jobwarden.cli.operator",
+    "jobwarden.cli.leases",
 ]
 
 _ERROR_CODES: list[tuple[type[BaseException], int]] = [
