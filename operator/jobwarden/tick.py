@@ -425,13 +425,20 @@ class RedactTokens(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
+        if record.exc_info:
+            # Formatted here, redacted, and folded into the message: a formatter
+            # (text or JSON) must not format the raw exception again.
+            message = f"{message}\n{_FORMATTER.formatException(record.exc_info)}"
+            record.exc_info, record.exc_text = None, None
         redacted = _QUERY_TOKEN.sub(r"\1[redacted]", message)
         token = configured_token()
         if token:
             redacted = redacted.replace(token, "[redacted]")
-        if redacted != message:
-            record.msg, record.args = redacted, None
+        record.msg, record.args = redacted, None
         return True
+
+
+_FORMATTER = logging.Formatter()
 
 
 _FILTER = RedactTokens()
