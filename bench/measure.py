@@ -85,7 +85,10 @@ class Child:
                 continue
             message: dict[str, Any] = json.loads(line[6:])
             if message["event"] == "error":
-                raise RuntimeError(f"worker failed: {message['error']}\n{self.tail()}")
+                detail = self.tail().strip()
+                raise RuntimeError(
+                    f"worker failed: {message['error']}" + (f"\n{detail}" if detail else "")
+                )
             if message["event"] == expected:
                 return message
 

@@ -142,6 +142,9 @@ class Run:
     system_runs: report.Runs = dataclasses.field(default_factory=dict)
     baseline_runs: report.Runs = dataclasses.field(default_factory=dict)
     errors: list[str] = dataclasses.field(default_factory=list)
+    # 1-minute load average when each repetition started: on a shared machine
+    # it tells which repetitions ran beside someone else's work.
+    rep_loads: list[float] = dataclasses.field(default_factory=list)
 
     def add(self, system: str, metric: str, value: float) -> None:
         self.system_runs.setdefault(system, {}).setdefault(metric, []).append(value)
@@ -151,10 +154,13 @@ class Run:
 
     async def attempt(self, what: str, step: Callable[[], Coroutine[Any, Any, None]]) -> None:
         """One measurement; a failure is recorded and the run goes on."""
-        print(f"  {what} ...", file=sys.stderr, flush=True)
+        print(f"  {what} ...", end="", file=sys.stderr, flush=True)
+        started = time.monotonic()
         try:
             await step()
+            print(f" {time.monotonic() - started:.1f}s", file=sys.stderr, flush=True)
         except Exception as exc:
+            print(file=sys.stderr)
             message = f"{what}: {type(exc).__name__}: {exc}"
             self.errors.append(message)
             print(f"  FAILED {message}", file=sys.stderr, flush=True)
@@ -310,7 +316,12 @@ async def _main(args: argparse.Namespace) -> int:
             await system.install(dsn)
             system_dsns[system.name] = dsn
         for rep in range(1, sizes.reps + 1):
-            print(f"repetition {rep}/{sizes.reps}", file=sys.stderr, flush=True)
+            run.rep_loads.append(os.getloadavg()[0])
+            print(
+                f"repetition {rep}/{sizes.reps} (load {run.rep_loads[-1]:.2f})",
+                file=sys.stderr,
+                flush=True,
+            )
             await _measure_baselines(run, baseline_dsn)
             for system in systems:
                 await _measure_system(run, system, system_dsns[system.name])
@@ -336,6 +347,7 @@ async def _main(args: argparse.Namespace) -> int:
             "platform": platform.platform(),
             "loadavg_before": load_before,
             "loadavg_after": os.getloadavg(),
+            "loadavg_1min_per_repetition": run.rep_loads,
         },
         "server": facts,
         "sizes": dataclasses.asdict(sizes),
