@@ -48,7 +48,7 @@ class HostStatus:
         if self.draining:
             return "draining"
         if self.processes == 0:
-            return "idle-host" if self.seen_seconds_ago < 60 else "offline"
+            return "offline"  # no worker process (gone, or a host only ticks reach)
         return "active"
 
     def as_json(self) -> dict[str, Any]:
