@@ -145,6 +145,7 @@ def acquire(db: Database, *, name: str, owner: str, ttl: float, wait: float = 0.
         return db.leases.try_acquire(name=name, owner=owner, ttl_seconds=ttl, host=host,
                                      slots=slots), sent
     deadline = time.monotonic() + wait
+    marked = False
     with db.leases.watch(name) as released:  # subscribed before the first try
         while True:
             released.clear()
@@ -154,6 +155,12 @@ def acquire(db: Database, *, name: str, owner: str, ttl: float, wait: float = 0.
             left = deadline - time.monotonic()
             if found.acquired or left <= 0:
                 return found, sent
+            if not marked:
+                # Releases NOTIFY only while someone is marked as waiting; the next
+                # try (right away) covers a release that came before the mark.
+                db.leases.mark_waiting(name, seconds=left)
+                marked = True
+                continue
             # retry_after 0 means "lapsed just now" or a concurrent insert: retry soon.
             released.wait(min(left, max(found.retry_after, 0.005), POLL_CAP_SECONDS))
 

@@ -159,6 +159,11 @@ class LeasesTable:
         })
         return bool(found and found[0])
 
+    def mark_waiting(self, name: str, *, seconds: float) -> None:
+        """Announce a waiter until ``seconds`` from now, so releases NOTIFY (see ``watch``)."""
+        self._db.execute("lease_mark_waiting", {"name": lease_name(name),
+                                                "seconds": max(float(seconds), 0.0)})
+
     def clear(self, name: str, *, force: bool = False,
               slot: int | None = None) -> list[LeaseRecord]:
         """Operators: free a name's held slots (only lapsed ones unless ``force``)."""
@@ -188,9 +193,11 @@ class LeasesTable:
     def watch(self, name: str) -> Iterator[threading.Event]:
         """An event set whenever ``name`` is released or cleared, from now on.
 
-        Subscribe *before* trying to acquire, so a release between a failed try and
-        the wait is not missed. Without LISTEN (a pooler that forbids it, the
-        database away) the event is simply never set and callers poll.
+        Subscribe *before* trying to acquire, then after the first busy try call
+        :meth:`mark_waiting` and try once more before blocking: releases only
+        NOTIFY while a waiter is marked, and this order never misses one. Without
+        LISTEN (a pooler that forbids it, the database away) the event is simply
+        never set and callers poll.
         """
         with self._watcher_lock:
             if self._watcher is None:

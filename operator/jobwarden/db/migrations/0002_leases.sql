@@ -20,6 +20,10 @@ CREATE TABLE {schema}.leases (
     acquired_at  timestamptz,
     expires_at   timestamptz,
     released_at  timestamptz,
+    -- Someone blocks in wait() for this name until then: only then does a release
+    -- NOTIFY. (A NOTIFY serialises the commits of all notifying transactions in
+    -- the cluster, so an uncontended release must not pay for it.)
+    waiting_until timestamptz,
     PRIMARY KEY (name, slot),
     CONSTRAINT leases_name_length CHECK (length(name) BETWEEN 1 AND 200),
     CONSTRAINT leases_slot_range CHECK (slot >= 0),

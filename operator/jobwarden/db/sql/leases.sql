@@ -113,6 +113,11 @@ RETURNING l.name, l.slot, l.token;
 -- name: lease_release
 -- Free a lease, owner- and token-fenced, and wake waiters (NOTIFY is delivered at
 -- commit, i.e. when this statement ends). The row stays, keeping its token.
+-- Only when a waiter announced itself (lease_mark_waiting): NOTIFY makes every
+-- notifying commit in the cluster queue behind one lock, which would cap
+-- uncontended releases near the rate of one fsync at a time. A waiter's mark and
+-- this UPDATE lock the same row, so either the release sees the mark (and
+-- notifies) or the waiter's next try, made after its mark, sees the release.
 -- With wake_jobs, the next job deferred on this lease (highest priority, oldest)
 -- is made due now and the workers of its queue are woken: a hand-over instead of
 -- waiting out the defer delay, one job at a time so a crowd of deferred jobs on
@@ -122,7 +127,7 @@ WITH released AS (
     SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
     WHERE name = %(name)s AND slot = %(slot)s AND owner = %(owner)s
       AND (%(token)s::bigint IS NULL OR token = %(token)s::bigint)
-    RETURNING name
+    RETURNING name, waiting_until
 ),
 next_job AS (
     SELECT j.id FROM {schema}.jobs AS j, released
@@ -137,8 +142,18 @@ woken AS (
     FROM next_job WHERE j.id = next_job.id
     RETURNING j.queue
 )
-SELECT (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, name) FROM released) AS n),
+SELECT (SELECT count(*) FROM released),
+       (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, name) FROM released
+                              WHERE waiting_until > now()) AS n),
        (SELECT count(*) FROM (SELECT pg_notify(%(jobs_channel)s, queue) FROM woken) AS w);
+
+-- name: lease_mark_waiting
+-- A caller is about to block in wait() on this name until `seconds` from now:
+-- releases until then send a NOTIFY (see lease_release). Every slot of the name.
+UPDATE {schema}.leases
+SET waiting_until = greatest(coalesce(waiting_until, now()),
+                             now() + make_interval(secs => %(seconds)s))
+WHERE name = %(name)s;
 
 -- name: lease_clear
 -- Force-release (operators): every held slot of a name, or only lapsed ones
