@@ -37,7 +37,7 @@ from jobwarden.schedules.errors import ScheduleError
 from jobwarden.schedules.store import Schedules, validate
 from jobwarden.structs.schedules import ScheduleSpec, SyncReport
 
-__all__ = ["CodeSchedule", "clear", "define", "defined", "schedule", "sync"]
+__all__ = ["CodeSchedule", "clear", "define", "defined", "register", "schedule", "sync"]
 
 logger = logging.getLogger("jobwarden.schedules")
 
@@ -112,6 +112,11 @@ def schedule(name: str, **options: Any) -> Callable[[J], J]:
 def defined() -> list[CodeSchedule]:
     """Every code schedule registered in this process, by name."""
     return [_defined[name] for name in sorted(_defined)]
+
+
+def register(code: CodeSchedule) -> None:
+    """Register an already validated definition (e.g. one :func:`defined` returned)."""
+    _defined[code.name] = code
 
 
 def clear() -> None:

@@ -117,8 +117,10 @@ def _check_name(name: object) -> str:
 def _int(name: str, field: str, value: object, *, low: int, high: int = _INT32) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _fail(name, f"{field} must be a whole number, got {value!r}")
-    if not low <= value <= high:
-        raise _fail(name, f"{field} must be between {low} and {high}, got {value}")
+    if value < low:
+        raise _fail(name, f"{field} must be at least {low}, got {value}")
+    if value > high:
+        raise _fail(name, f"{field} must be at most {high}, got {value}")
     return value
 
 
@@ -410,6 +412,8 @@ class Schedules:
         """
         definition.pop("source", None)
         definition.pop("origin", None)
+        definition.setdefault("queue", "default")  # upsert's defaults
+        definition.setdefault("priority", 0)
         return validate("spec-hash-probe", **definition).spec_hash
 
     def suspend(self, name: str, *, now: dt.datetime | None = None) -> ScheduleRecord | None:

@@ -1,0 +1,88 @@
+"""``jobwarden schedules ...`` as users run it: real processes, --json output, exit codes."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+from jobwarden.client import Client
+from tests.cli.test_cli import jw
+
+JOB = "tests.support.schedulejobs:Tick"
+
+
+def test_set_list_show_next_suspend_resume_and_delete(dsn: str, client: Client) -> None:
+    made = jw("schedules", "set", "report", "--cron", "30 2 * * *", "--timezone",
+              "Europe/Berlin", "--job", JOB, "--data", '{"k": 1}', "--overlap", "Forbid",
+              "--json", dsn=dsn)
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["source"] == "cli"
+
+    listed = json.loads(jw("schedules", "list", "--json", dsn=dsn).stdout)
+    assert [(r["name"], r["cron"], r["overlap"], r["data"]) for r in listed] == [
+        ("report", "30 2 * * *", "Forbid", {"k": 1})]
+    table = jw("schedules", "list", dsn=dsn).stdout
+    assert "report" in table and "30 2 * * * (Europe/Berlin)" in table
+
+    upcoming = json.loads(jw("schedules", "next", "report", "-n", "3", "--json", dsn=dsn).stdout)
+    assert len(upcoming["next"]) == 3
+    for item in upcoming["next"]:
+        local = dt.datetime.fromisoformat(item["local"])
+        assert (local.hour, local.minute) == (2, 30)  # in the schedule's zone
+        assert dt.datetime.fromisoformat(item["utc"].replace("Z", "+00:00")) == local
+    assert "UTC" in jw("schedules", "next", "report", dsn=dsn).stdout
+
+    suspended = json.loads(jw("schedules", "suspend", "report", "--json", dsn=dsn).stdout)
+    assert (suspended["suspended"], suspended["suspended_by"]) == (True, "manual")
+    resumed = json.loads(jw("schedules", "resume", "report", "--json", dsn=dsn).stdout)
+    assert resumed["suspended"] is False
+
+    assert json.loads(jw("schedules", "delete", "report", "--json", dsn=dsn).stdout) == {
+        "name": "report", "deleted": True}
+    assert client.schedules.list() == []
+
+
+def test_enqueue_due_and_backfill_enqueue_each_slot_once(dsn: str, client: Client) -> None:
+    now = client.db.now()
+    client.schedules.upsert("sync", interval="1m", job_class=JOB,
+                            now=now - dt.timedelta(minutes=3))
+
+    due = jw("schedules", "enqueue-due", "--json", dsn=dsn)
+    assert due.returncode == 0, due.stderr
+    report = json.loads(due.stdout)
+    assert (report["checked"], report["enqueued"], report["errors"]) == (1, 1, 0)
+
+    start = (now - dt.timedelta(minutes=10)).replace(second=0, microsecond=0)
+    end = now
+    first = jw("schedules", "backfill", "sync", "--from", start.isoformat(), "--to",
+               end.isoformat(), "--json", dsn=dsn)
+    assert first.returncode == 0, first.stderr
+    done = json.loads(first.stdout)
+    assert len(done["slots"]) in (10, 11)  # depends on where `now` falls in its minute
+    assert done["duplicates"] == 1  # the slot the runner enqueued
+    assert done["enqueued"] == len(done["slots"]) - 1
+    again = json.loads(jw("schedules", "backfill", "sync", "--from", start.isoformat(), "--to",
+                          end.isoformat(), "--json", dsn=dsn).stdout)
+    assert (again["enqueued"], again["duplicates"]) == (0, len(done["slots"]))
+    keys = [j.unique_key for j in client.jobs(limit=100)]
+    assert len(keys) == len(set(keys)) == len(done["slots"])
+
+
+def test_bad_input_gets_a_clear_message_and_its_exit_code(dsn: str, client: Client) -> None:
+    cases = [
+        (("schedules", "set", "x", "--cron", "*/5 * * * * *", "--job", JOB), 7, "seconds"),
+        (("schedules", "set", "x", "--cron", "@daily", "--timezone", "Nowhere/City", "--job",
+          JOB), 7, "Nowhere/City"),
+        (("schedules", "show", "missing"), 6, "no schedule named 'missing'"),
+        (("schedules", "backfill", "missing", "--from", "2030-01-01T00:00:00",
+          "--to", "2030-01-02T00:00:00Z"), 2, "no UTC offset"),
+    ]
+    for args, code, message in cases:
+        out = jw(*args, dsn=dsn)
+        assert (out.returncode, message in out.stderr) == (code, True), (args, out.stderr)
+        assert "Traceback" not in out.stderr
+    client.schedules.upsert("future", interval="1m", job_class=JOB)
+    out = jw("schedules", "backfill", "future", "--from", "2020-01-01T00:00:00Z", "--to",
+             "2999-01-01T00:00:00Z", dsn=dsn)
+    assert out.returncode == 7 and "future" in out.stderr
+    assert [r.name for r in client.schedules.list()] == ["future"]

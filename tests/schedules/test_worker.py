@@ -1,0 +1,50 @@
+"""Schedules inside workers: the runner is a periodic task, and Replace stops a running job."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+
+from jobwarden.client import Client
+from jobwarden.structs.states import JobStatus
+from jobwarden.worker.worker import Worker
+from tests.conftest import audit_rows
+from tests.support.waiting import wait_for
+
+T0 = dt.datetime(2030, 1, 7, 12, 0, 30, tzinfo=dt.UTC)
+
+
+def test_a_worker_enqueues_due_slots_and_runs_them(
+        client: Client, dsn: str, start_worker: Callable[..., Worker]) -> None:
+    client.schedules.upsert("heartbeat", interval="1s", job_class="tests.support.schedulejobs:Tick")
+    start_worker(apps=("tests.support.schedulejobs",), schedule_check_seconds=0.2)
+
+    wait_for(lambda: len(audit_rows(dsn, "tick")) >= 3, timeout=20, message="three ticks")
+    record = client.schedules.get("heartbeat")
+    assert record is not None and record.enqueued_count >= 3
+    jobs = [j for j in client.jobs(limit=100) if j.schedule_name == "heartbeat"]
+    assert len(jobs) >= 3 and len({j.unique_key for j in jobs}) == len(jobs)
+    wait_for(lambda: (client.schedules.get("heartbeat") or record).last_success_at is not None,
+             message="a recorded success")
+
+
+def test_replace_stops_the_running_previous_run_through_its_heartbeat(
+        client: Client, dsn: str, start_worker: Callable[..., Worker]) -> None:
+    client.schedules.upsert("replace", interval="1m", overlap="Replace",
+                            job_class="tests.support.schedulejobs:RunUntilCancelled",
+                            data={"seconds": 30}, now=T0)
+    start_worker(apps=("tests.support.schedulejobs",), schedule_check_seconds=0)
+    client.schedules.enqueue_due(now=T0 + dt.timedelta(seconds=31))
+    [first] = client.jobs()
+    wait_for(lambda: audit_rows(dsn, "start"), message="the first run started")
+
+    report = client.schedules.enqueue_due(now=T0 + dt.timedelta(seconds=91))
+
+    assert (report.enqueued, report.replaced) == (1, 1)
+    wait_for(lambda: client.job(first.id).status is JobStatus.CANCELLED, timeout=15,
+             message="the running run stopped")
+    assert [r[0] for r in audit_rows(dsn, "stopped")] == [first.id]
+    second = next(j for j in client.jobs() if j.id != first.id)
+    client.cancel(second.id)  # let the worker stop promptly
+    wait_for(lambda: client.job(second.id).status is JobStatus.CANCELLED, timeout=15,
+             message="the second run cancelled")
