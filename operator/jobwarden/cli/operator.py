@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 from typing import Any
 
@@ -55,6 +56,10 @@ def cmd_operator(args: argparse.Namespace) -> int:
     if level == "WARN":
         level = "WARNING"
     setup_logging(level, args.operator_log_format or args.log_format)
+    if level != "DEBUG":
+        # kopf logs every timer pass per object at INFO ("Timer 'mirror' succeeded"):
+        # with a status refresh every few seconds that drowns everything else.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     dsn = common.dsn(args)
     install_redaction(dsn)
     config = OperatorConfig.from_env()
@@ -77,8 +82,6 @@ def cmd_operator(args: argparse.Namespace) -> int:
         if not args.no_migrate:
             applied = db.migrate()
             if applied:
-                import logging
-
                 logging.getLogger("jobwarden.controller").info(
                     "applied migrations: %s", ", ".join(applied))
         return Operator(db, config).run()

@@ -26,9 +26,9 @@ kopf settings worth knowing (docs/operator.md):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
-import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
@@ -79,9 +79,10 @@ def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
 def build_registry(runtime: Runtime, *,
                    login: Callable[..., kopf.ConnectionInfo | None] | None = None,
                    ) -> kopf.OperatorRegistry:
+    # kopf's own registry comes without logins: the Kubernetes client's login reads
+    # the in-cluster service account or KUBECONFIG, as kubectl would.
     registry = kopf.OperatorRegistry()
-    if login is not None:
-        kopf.on.login(registry=registry)(login)
+    kopf.on.login(registry=registry, id="login")(login or kopf.login_via_client)
     for module in RESOURCE_MODULES:
         module.register(registry, runtime)
     return registry
@@ -147,14 +148,20 @@ class Operator:
         self.loops, self.gauges = periodic.loops(self.runtime)
         self.periodic = periodic.Periodic(self.runtime, self.loops)
         self.http: HealthServer | None = None
-        self.stop_flag = threading.Event()
+        # No kopf stop flag: after a stop by signal kopf leaves the flag's waiter task
+        # pending and waits its hung-task timeout (5 s) for it. stop() cancels kopf's
+        # task instead, which kopf handles as a graceful stop too.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.stopping = False
+        self._stopped_by_kopf = False
 
     # probes
     def healthy(self) -> tuple[bool, str]:
         health = self.runtime.health
         if health.crashed:
             return False, f"crashed: {health.crashed}"
-        if health.kopf_stopped.is_set() and not self.stop_flag.is_set():
+        if health.kopf_stopped.is_set() and self._stopped_by_kopf:
             return False, "kopf stopped"
         return self.periodic.alive()
 
@@ -176,7 +183,16 @@ class Operator:
         return self.http.port
 
     async def _kopf(self) -> None:
-        config = self.config
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        if self.stopping:
+            return
+        try:
+            await self._kopf_operator(self.config)
+        finally:
+            self._stopped_by_kopf = not self.stopping
+
+    async def _kopf_operator(self, config: OperatorConfig) -> None:
         await kopf.operator(
             registry=self.registry,
             settings=kopf_settings(config),
@@ -185,7 +201,6 @@ class Operator:
             priority=config.priority,
             clusterwide=not config.namespaces,
             namespaces=list(config.namespaces),
-            stop_flag=self.stop_flag,
             ready_flag=self.runtime.health.kopf_ready,
         )
 
@@ -203,6 +218,8 @@ class Operator:
         health.kopf_started.set()
         try:
             asyncio.run(self._kopf())
+        except asyncio.CancelledError:
+            pass  # stop()
         except Exception as exc:
             health.crashed = f"{type(exc).__name__}: {exc}"
             logger.exception("kopf stopped with an error")
@@ -217,7 +234,12 @@ class Operator:
         return 0
 
     def stop(self) -> None:
-        self.stop_flag.set()
+        """Stop from another thread (kopf stops by itself on SIGTERM/SIGINT)."""
+        self.stopping = True
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(task.cancel)
 
 
 def run_operator(db: Database, config: OperatorConfig, **options: Any) -> int:

@@ -33,6 +33,7 @@ from typing import Any
 from jobwarden import errors, metrics
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
+from jobwarden.schedules import runner
 from jobwarden.structs.states import JobStatus
 
 logger = logging.getLogger("jobwarden.controller.periodic")
@@ -174,27 +175,13 @@ def reap(db: Database) -> int:
     return len(reaped)
 
 
-class ScheduleRunner:
-    """``jobwarden.schedules.runner.enqueue_due`` once per pass, when the module exists."""
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-        self._enqueue_due: Callable[..., Any] | None = None
-        self._missing_logged = False
-
-    def __call__(self) -> None:
-        if self._enqueue_due is None:
-            try:
-                from jobwarden.schedules import runner
-            except ImportError:
-                if not self._missing_logged:
-                    logger.warning("no schedule runner in this jobwarden: schedules are not run")
-                    self._missing_logged = True
-                return
-            self._enqueue_due = runner.enqueue_due
-        report = self._enqueue_due(self._db)
-        if getattr(report, "enqueued", 0) or getattr(report, "errors", 0):
-            logger.info("schedule runner: %s", report)
+def run_schedules(db: Database) -> None:
+    """Enqueue due slots (the runner never raises; it counts and logs its errors)."""
+    report = runner.enqueue_due(db)
+    if report.enqueued or report.errors:
+        logger.info("schedule runner: %d enqueued, %d duplicates, %d skipped, %d missed, "
+                    "%d errors", report.enqueued, report.duplicates, report.skipped,
+                    report.missed, report.errors)
 
 
 class Gauges:
@@ -215,25 +202,22 @@ class Gauges:
             for state in JobStatus:
                 depth.setdefault((queue, state.value), 0)
         self._depth = _replace(metrics.QUEUE_DEPTH, self._depth, depth)
+        # The age of the oldest due pending job needs a query the jobs table does not
+        # have yet (db.jobs.oldest_pending() -> {queue: seconds}); exported once it does.
         oldest_of = getattr(db.jobs, "oldest_pending", None)
         if callable(oldest_of):
             oldest: dict[str, float] = dict(oldest_of())
             self._oldest = _replace(metrics.QUEUE_OLDEST_PENDING, self._oldest,
                                     {(q,): oldest.get(q, 0.0) for q in queues | set(oldest)})
-        counts = getattr(db.hosts, "counts", None)
-        if callable(counts):
-            hosts = {(c.pool, c.state): float(c.count) for c in counts()}
-            self._hosts = _replace(metrics.HOSTS, self._hosts, hosts)
-        store = getattr(self.runtime.client, "schedules", None)
-        health = getattr(store, "health", None)
-        if callable(health):
-            since: dict[tuple[str, ...], float] = {}
-            lag: dict[tuple[str, ...], float] = {}
-            for item in health():
-                since[(item.name,)] = float(item.seconds_since_success)
-                lag[(item.name,)] = float(item.lag_seconds)
-            _replace(metrics.SCHEDULE_SINCE_SUCCESS, self._schedules, since)
-            self._schedules = _replace(metrics.SCHEDULE_LAG, self._schedules, lag)
+        hosts = {(c.pool, c.state): float(c.count) for c in db.hosts.counts()}
+        self._hosts = _replace(metrics.HOSTS, self._hosts, hosts)
+        since: dict[tuple[str, ...], float] = {}
+        lag: dict[tuple[str, ...], float] = {}
+        for item in self.runtime.client.schedules.health():
+            since[(item.name,)] = float(item.seconds_since_success)
+            lag[(item.name,)] = float(item.lag_seconds)
+        _replace(metrics.SCHEDULE_SINCE_SUCCESS, self._schedules, since)
+        self._schedules = _replace(metrics.SCHEDULE_LAG, self._schedules, lag)
 
     def clear(self) -> None:
         """Not the holder (any more): export none of the database-wide gauges."""
@@ -258,7 +242,7 @@ def loops(runtime: Runtime) -> tuple[list[Loop], Gauges]:
     gauges = Gauges(runtime)
     return [
         Loop(name="schedules", interval=config.schedule_interval,
-             run=ScheduleRunner(runtime.db)),
+             run=lambda: run_schedules(runtime.db)),
         Loop(name="reaper", interval=config.reap_interval, run=lambda: reap(runtime.db)),
         Loop(name="gauges", interval=config.gauge_interval, run=gauges, standby=gauges.clear),
     ], gauges

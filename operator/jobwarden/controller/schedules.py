@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from typing import Any, Protocol
+from typing import Any
 
 import kopf
 
@@ -31,6 +31,8 @@ from jobwarden import errors
 from jobwarden.controller import events, specs
 from jobwarden.controller import status as st
 from jobwarden.controller.runtime import Runtime
+from jobwarden.schedules.store import Schedules
+from jobwarden.structs.schedules import ScheduleRecord
 
 logger = logging.getLogger("jobwarden.controller.schedules")
 
@@ -38,78 +40,22 @@ KIND = "JobSchedule"
 RESOURCE = ("jobwarden.io", "v1alpha1", "jobschedules")
 
 
-class ScheduleRow(Protocol):
-    """The part of ``structs.schedules.ScheduleRecord`` the operator reads."""
+def row_matches(store: Schedules, row: ScheduleRecord, desired: specs.ScheduleSpec) -> bool:
+    """Does the stored row already hold ``desired``? By the store's own ``spec_hash``.
 
-    name: str
-    source: str
-    spec_hash: str
-    suspended: bool
-    last_slot: dt.datetime | None
-    next_slot: dt.datetime | None
-    enqueued_count: int
-    skipped_count: int
-    missed_count: int
-    last_job_id: int | None
-    last_job_status: str | None
-
-
-class ScheduleStore(Protocol):
-    """``client.schedules`` as far as the operator uses it."""
-
-    def get(self, name: str) -> Any: ...
-
-    def upsert(self, name: str, **kwargs: Any) -> Any: ...
-
-    def delete(self, name: str) -> Any: ...
-
-
-def store_of(runtime: Runtime) -> ScheduleStore:
-    found: ScheduleStore | None = getattr(runtime.client, "schedules", None)
-    if found is None:
-        raise errors.ConfigurationError("this jobwarden has no schedule store (client.schedules)")
-    return found
-
-
-def row_matches(store: ScheduleStore, row: Any, desired: specs.ScheduleSpec) -> bool:
-    """Does the stored row already say what ``desired`` says?
-
-    By the store's own ``spec_hash`` when it can compute one for a definition
-    (exactly the store's notion of "same spec"), else field by field.
+    The hash covers what decides the jobs and their timing (not who wrote it, and
+    not a manual suspension), exactly the store's notion of "the same schedule".
     """
-    hasher = getattr(store, "spec_hash", None)
-    if callable(hasher):
-        return bool(hasher(**desired.store_arguments()) == row.spec_hash)
-    wanted = desired.store_arguments()
-    suspended = getattr(row, "spec_suspended", None)
-    for key, value in wanted.items():
-        have = getattr(row, key, None)
-        if key == "suspended" and suspended is not None and row.suspended != suspended:
-            have = suspended  # a manual suspend is not part of the spec
-        if key == "interval" and value is not None and have is not None:
-            from jobwarden import schedules
-
-            if schedules.parse_interval(str(have)) != schedules.parse_interval(value):
-                return False
-            continue
-        if key == "timeout_seconds" and value is not None and have is not None:
-            if float(have) != float(value):
-                return False
-            continue
-        if key == "data" and (value or None) == (have or None):
-            continue
-        if have != value:
-            return False
-    return True
+    return store.spec_hash(**desired.store_arguments()) == row.spec_hash
 
 
-def view_of(row: Any) -> st.ScheduleView:
+def view_of(row: ScheduleRecord) -> st.ScheduleView:
     return st.ScheduleView(
         last_slot=row.last_slot, next_slot=row.next_slot, suspended=bool(row.suspended),
         enqueued=int(row.enqueued_count), skipped=int(row.skipped_count),
         missed=int(row.missed_count), last_job_id=row.last_job_id,
         last_job_status=row.last_job_status,
-        last_job_finished_at=getattr(row, "last_job_finished_at", None),
+        last_job_finished_at=row.last_job_finished_at,
     )
 
 
@@ -136,11 +82,11 @@ class ScheduleReconciler:
             self._write(body, patch, previous, desired_status, action=None, row_name=row_name)
             self.runtime.reconciled(KIND, "invalid")
             return "invalid"
-        store = store_of(self.runtime)
+        store = self.runtime.client.schedules
         try:
             row = store.get(row_name)
             action = st.decide_schedule(
-                row_exists=row is not None, row_source=getattr(row, "source", None),
+                row_exists=row is not None, row_source=row.source if row is not None else None,
                 row_matches=row is not None and row_matches(store, row, desired),
                 our_source=self.runtime.source)
             if action in ("create", "update"):
@@ -156,7 +102,7 @@ class ScheduleReconciler:
         conditions = st.schedule_conditions(
             action=action, error=None,
             suspended=bool(row.suspended) if row is not None else desired.suspended,
-            row_name=row_name, row_source=getattr(row, "source", None),
+            row_name=row_name, row_source=row.source if row is not None else None,
             our_source=self.runtime.source)
         desired_status = st.schedule_status(
             previous=previous, generation=generation,
@@ -188,7 +134,7 @@ class ScheduleReconciler:
         meta = body.get("metadata", {})
         row_name = specs.schedule_row_name(str(meta.get("namespace") or "default"),
                                            str(meta.get("name")))
-        store = store_of(self.runtime)
+        store = self.runtime.client.schedules
         try:
             row = store.get(row_name)
             if row is not None and row.source == self.runtime.source:
@@ -197,7 +143,7 @@ class ScheduleReconciler:
                 self.runtime.reconciled(KIND, "deleted")
             else:
                 logger.info("schedule %s is not this cluster's (%s): left in place", row_name,
-                            getattr(row, "source", "no row"))
+                            row.source if row is not None else "no row")
                 self.runtime.reconciled(KIND, "released")
         except errors.DatabaseUnavailable as exc:
             self.runtime.failed(KIND)
