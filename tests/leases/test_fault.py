@@ -27,6 +27,8 @@ from tests.leases.contender import AUDIT_DDL, NAME
 REPO = Path(__file__).resolve().parents[2]
 PROCESSES = 5
 TARGET_CYCLES = 2000
+#: From the first critical section: process start-up (imports) is not counted,
+#: it varies tenfold with the machine's load.
 DEADLINE_SECONDS = 55
 
 
@@ -48,29 +50,36 @@ def test_no_two_valid_holders_overlap_under_kills_and_freezes(dsn: str) -> None:
     frozen: dict[int, float] = {}  # pid -> when to SIGCONT it
     kills = freezes = 0
     started = time.monotonic()
-    next_chaos = started + 1.0
+    next_chaos = next_count = started
+    contending: float | None = None  # from the first critical section (after imports)
     try:
         with psycopg.connect(dsn, autocommit=True) as conn:
             while True:
                 now = time.monotonic()
-                valid = conn.execute("SELECT count(*) FROM public.lease_audit "
-                                     "WHERE released").fetchone()
-                if valid and valid[0] >= TARGET_CYCLES and kills >= 5 and freezes >= 5:
-                    break
-                assert now - started < DEADLINE_SECONDS, (
-                    f"only {valid} valid cycles, {kills} kills, {freezes} freezes "
-                    f"in {DEADLINE_SECONDS}s")
+                if now >= next_count:
+                    next_count = now + 0.25
+                    valid, sections = conn.execute(
+                        "SELECT count(*) FILTER (WHERE released), count(*) "
+                        "FROM public.lease_audit").fetchone() or (0, 0)
+                    if contending is None and sections:
+                        contending = next_chaos = now
+                    if valid >= TARGET_CYCLES and kills >= 5 and freezes >= 5:
+                        break
+                    assert contending is not None or now - started < 30, "no contender started"
+                    assert contending is None or now - contending < DEADLINE_SECONDS, (
+                        f"only {valid} valid cycles, {kills} kills, {freezes} freezes "
+                        f"in {DEADLINE_SECONDS}s")
                 for pid, until in list(frozen.items()):
                     if now >= until:
                         os.kill(pid, signal.SIGCONT)
                         del frozen[pid]
-                if now >= next_chaos:
+                if contending is not None and now >= next_chaos:
                     holder = conn.execute(
                         "SELECT owner FROM jobwarden.leases WHERE name = %s", (NAME,)).fetchone()
                     pid = int(holder[0].removeprefix("pid-")) if holder and holder[0] else 0
                     victim = procs.get(pid)
                     if victim is not None and victim.poll() is None and pid not in frozen:
-                        next_chaos = now + rng.uniform(0.8, 1.6)
+                        next_chaos = now + rng.uniform(1.0, 2.0)
                         if rng.random() < 0.4:
                             victim.kill()
                             victim.wait()
@@ -109,4 +118,4 @@ def test_no_two_valid_holders_overlap_under_kills_and_freezes(dsn: str) -> None:
     # The chaos really happened: frozen holders lost leases, killed ones left them.
     assert lost is not None and lost[0] > 0
     assert unfinished is not None and unfinished[0] > 0
-    assert time.monotonic() - started < 60
+    assert contending is not None and time.monotonic() - contending < 60
