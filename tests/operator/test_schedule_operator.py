@@ -97,9 +97,9 @@ def test_an_interval_schedule_is_enqueued_per_slot_updated_suspended_and_deleted
 
 
 def test_an_invalid_schedule_is_not_ready_and_changes_nothing(
-        kube_api: KubeAPI, kubectl: Kubectl, client: Client,
+        kube_api: KubeAPI, kubectl: Kubectl, client: Client, dsn: str,
         start_operator: Callable[..., OperatorProcess]) -> None:
-    start_operator(kube_api)
+    operator = start_operator(kube_api)
     kubectl.apply(SCHEDULE.replace("interval: 1s", 'schedule: "*/5 * * * * *"'))
     kubectl.apply(SCHEDULE.replace("name: heartbeat", "name: zoned").replace(
         "interval: 1s", 'schedule: "0 2 * * *"\n  timeZone: Europe/Berlinn'))
@@ -113,6 +113,13 @@ def test_an_invalid_schedule_is_not_ready_and_changes_nothing(
         assert [(e["type"], e["reason"]) for e in events] == [("Warning", "InvalidSpec")]
     assert client.schedules.list() == []
     assert client.jobs() == []
+    assert operator.metric("jobwarden_operator_reconciles_total", kind="JobSchedule",
+                           result="invalid")
+    assert operator.get("/healthz")[0] == 200 and operator.get("/readyz")[0] == 200
+    # The DSN never shows: not in logs, Events, status or metrics.
+    shown = [operator.logs(), operator.get("/metrics")[1], str(kube_api.events("default")),
+             str(kube_api.list("js", "default"))]
+    assert not [text for text in shown if dsn in text]
 
 
 def test_two_clusters_on_one_database_run_one_schedule_and_report_a_conflict(

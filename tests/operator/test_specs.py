@@ -1,4 +1,4 @@
-"""specs.py: what the operator accepts from a JobSchedule / ExclusiveJob spec, and how it refuses."""
+"""specs.py: what the operator accepts from a JobSchedule or ExclusiveJob spec, and how."""
 
 from __future__ import annotations
 
