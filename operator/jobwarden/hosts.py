@@ -101,7 +101,7 @@ class HostSettings:
 
     @classmethod
     def for_worker(cls, settings: WorkerSettings) -> HostSettings:
-        configured = getattr(settings, "host_cap", None)
+        configured = settings.host_cap
         cap = parse_cap(configured) if configured is not None else parse_cap(
             os.environ.get("JOBWARDEN_HOST_CAP"), source="JOBWARDEN_HOST_CAP")
         stale = _env_float("JOBWARDEN_HOST_STALE_SECONDS", 300.0)
@@ -280,7 +280,8 @@ class HostRegistry:
         if self.cap is not None:
             # No prefetch on a capped host: a claimed-but-waiting job would hold a
             # unit of the host's cap that a sibling process could be running.
-            return max(0, min(free - self.worker.settings.effective_prefetch, self.cap))
+            unclaimed_slots = self.worker.settings.concurrency - self.worker.capacity.in_flight
+            return max(0, min(free, unclaimed_slots, self.cap))
         return free
 
     # -- shutdown ------------------------------------------------------------------------

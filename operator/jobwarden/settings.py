@@ -64,7 +64,9 @@ class WorkerSettings:
     queues: tuple[str, ...] = ()
     #: Attempts running at once in this process.
     concurrency: int = 10
-    #: Extra claimed-but-not-started jobs kept ready (0 = claim only for free slots).
+    #: Extra claimed-but-not-started jobs kept ready. None = automatic: about
+    #: PREFETCH_WORK_SECONDS of work, judged from recent job durations, so short
+    #: jobs are claimed in batches and long jobs are never hoarded by one worker.
     prefetch: int | None = None
     isolation: Isolation = "thread"
     host: str = dataclasses.field(default_factory=default_host_name)
@@ -91,6 +93,9 @@ class WorkerSettings:
     apps: tuple[str, ...] = ()
     #: "module:function" called with a FailureEvent for every failed attempt.
     failure_hook: str | None = None
+    #: At most this many jobs at once on this host across all its processes
+    #: (None = the pool's default from the host registry; 0 = no cap).
+    host_cap: int | None = None
     #: Run due schedules at most this often (0 = off).
     schedule_check_seconds: float = 15.0
 
@@ -105,5 +110,12 @@ class WorkerSettings:
             raise errors.ConfigurationError("isolation must be 'thread' or 'process'")
 
     @property
-    def effective_prefetch(self) -> int:
-        return self.concurrency if self.prefetch is None else max(self.prefetch, 0)
+    def max_prefetch(self) -> int:
+        """The most jobs ever claimed ahead of free slots."""
+        if self.prefetch is not None:
+            return max(self.prefetch, 0)
+        return max(4 * self.concurrency, 16)
+
+
+#: With automatic prefetch, keep about this much work claimed ahead.
+PREFETCH_WORK_SECONDS = 0.1

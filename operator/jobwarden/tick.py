@@ -256,7 +256,7 @@ class Ticker:
         beat.start()
         try:
             # The worker's own path: guards (leases), perform, finalizers, outcome.
-            worker._execute(attempt)
+            worker.execute(attempt)
         finally:
             done.set()
             beat.join()

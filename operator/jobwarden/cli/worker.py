@@ -34,6 +34,9 @@ def register(subparsers: Any) -> None:
                         help="claimed-but-unstarted jobs kept ready (default: = concurrency)")
     parser.add_argument("--host", help="host name (default: $JOBWARDEN_HOST, $POD_NAME, hostname)")
     parser.add_argument("--pool", default=os.environ.get("JOBWARDEN_POOL", "default"))
+    parser.add_argument("--host-cap", type=int, default=None,
+                        help="most jobs at once on this host across its processes "
+                             "(default: $JOBWARDEN_HOST_CAP, else the pool's cap; 0 = none)")
     parser.add_argument("--http-port", type=int,
                         default=int(os.environ["JOBWARDEN_HTTP_PORT"])
                         if os.environ.get("JOBWARDEN_HTTP_PORT") else None,
@@ -65,7 +68,8 @@ def worker_settings(args: argparse.Namespace) -> settings.WorkerSettings:
     return settings.WorkerSettings(
         queues=queues, concurrency=args.concurrency, prefetch=args.prefetch,
         isolation=args.isolation, host=args.host or settings.default_host_name(),
-        pool=args.pool, http_port=args.http_port, poll_interval=args.poll_interval,
+        pool=args.pool, host_cap=args.host_cap, http_port=args.http_port,
+        poll_interval=args.poll_interval,
         heartbeat_interval=args.heartbeat_interval, heartbeat_grace=args.heartbeat_grace,
         reap_interval=args.reap_interval, shutdown_grace=args.shutdown_grace, apps=apps,
         failure_hook=args.failure_hook, result_max_bytes=args.result_max_bytes,

@@ -35,9 +35,14 @@ class Capacity:
             self._free += n
             self._cond.notify_all()
 
-    def wait_free(self, timeout: float) -> bool:
+    @property
+    def in_flight(self) -> int:
         with self._cond:
-            return self._cond.wait_for(lambda: self._free > 0, timeout)
+            return self.size - self._free
+
+    def wait_in_flight_below(self, limit: int, timeout: float) -> bool:
+        with self._cond:
+            return self._cond.wait_for(lambda: self.size - self._free < limit, timeout)
 
     def wait_all_free(self, timeout: float) -> bool:
         with self._cond:

@@ -139,13 +139,15 @@ class ProcessRunner:
 
     def run(self, attempt: Attempt, job_class: type[definitions.Job],
             context: AttemptContext) -> Outcome:
+        # The hard timeout counts from when the job is handed over, not from the spawn
+        # of a fresh child (seconds under load): disarm the watchdog until then.
+        attempt.deadline = None
         child = self._child()
         if not child.wait_ready(timeout=120):
             code = child.process.exitcode
             self._discard()
             return Failed(error=f"the job's child process did not start (exit code {code}); "
                                 "check that the --app modules import", reason="error")
-        # The hard timeout counts from when the job is handed over, not from the spawn.
         attempt.deadline = time.monotonic() + attempt.claim.timeout_seconds
         try:
             child.conn.send((attempt.claim, self._grace))

@@ -36,7 +36,7 @@ from typing import Any
 from jobwarden import definitions, errors, exclusive, hosts, metrics
 from jobwarden.db.database import Database
 from jobwarden.schedules import runner as schedules_runner
-from jobwarden.settings import WorkerSettings
+from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker import execution
@@ -91,7 +91,9 @@ class Worker:
         for app in settings.apps:
             importlib.import_module(app)
         self._failure_hook = self._load_failure_hook(settings.failure_hook)
-        self.capacity = Capacity(settings.concurrency + settings.effective_prefetch)
+        self.capacity = Capacity(settings.concurrency + settings.max_prefetch)
+        #: Moving average of attempt durations, for automatic prefetch.
+        self._avg_duration: float | None = None
         self.running_slots = Capacity(settings.concurrency)
         self._ready: queue.Queue[Attempt | None] = queue.Queue()
         self._active: dict[int, Attempt] = {}
@@ -252,10 +254,12 @@ class Worker:
     def _fetch_loop(self) -> None:
         failures = 0
         while not self.stopping:
-            free = self.capacity.free
-            if free <= 0:
-                self.capacity.wait_free(0.5)
+            target = self.settings.concurrency + self._prefetch()
+            in_flight = self.capacity.in_flight
+            if in_flight >= target:
+                self.capacity.wait_in_flight_below(target, 0.5)
                 continue
+            free = min(target - in_flight, self.capacity.free)
             try:
                 limit = self.claim_gate(free)
                 claimed = self.db.jobs.claim(
@@ -276,6 +280,16 @@ class Worker:
                 continue  # probably more due: claim again as soon as slots free up
             self._wake.clear()
             self._wake.wait(self.settings.poll_interval)
+
+    def _prefetch(self) -> int:
+        """How many jobs to hold claimed beyond the free slots right now."""
+        if self.settings.prefetch is not None:
+            return self.settings.max_prefetch
+        average = self._avg_duration
+        if average is None:
+            return self.settings.concurrency
+        wanted = int(PREFETCH_WORK_SECONDS * self.settings.concurrency / max(average, 1e-4))
+        return min(wanted, self.settings.max_prefetch)
 
     def _accept(self, claim: ClaimedJob) -> None:
         attempt = Attempt(claim)
@@ -302,13 +316,22 @@ class Worker:
                 self._give_back(attempt)
                 continue
             self.running_slots.take(1)
+            started = time.perf_counter()
             try:
-                self._execute(attempt)
+                self.execute(attempt)
             finally:
+                elapsed = time.perf_counter() - started
+                previous = self._avg_duration
+                self._avg_duration = elapsed if previous is None else 0.8 * previous + 0.2 * elapsed
                 self.running_slots.give(1)
                 self.capacity.give(1)
 
-    def _execute(self, attempt: Attempt) -> None:
+    def execute(self, attempt: Attempt) -> None:
+        """Run one claimed attempt in the calling thread and submit its outcome.
+
+        The slot threads call it; so does a tick (``tick.py``), which claims
+        through the same registry and wants exactly the same semantics.
+        """
         claim = attempt.claim
         if attempt.fenced:
             return self._submit(attempt, Failed(error="claim lost before start", reason="error"))
@@ -378,8 +401,11 @@ class Worker:
         with self._active_lock:
             still_active = set(self._active)
         for attempt in attempts:
+            # An attempt whose outcome is settled may have just been written (and so is
+            # no longer processing): only an unsettled one can have lost its claim here.
+            # A settled one that did lose it is fenced by its own write.
             if attempt.claim.id not in ack.alive and attempt.claim.id in still_active \
-                    and not attempt.fenced:
+                    and attempt.outcome is None and not attempt.fenced:
                 attempt.fenced = True
                 logger.warning("job %d attempt %d lost its claim (reaped elsewhere)",
                                attempt.claim.id, attempt.claim.attempt)
