@@ -130,34 +130,41 @@ class SchedulesTable:
 
     # -- the runner ----------------------------------------------------------------
 
-    def claim_due(self, *, now: datetime.datetime, limit: int,
-                  conn: Connection) -> list[DueSchedule]:
-        """Lock up to ``limit`` due schedules nobody else holds, until ``conn`` commits."""
-        rows = self._db.rows("schedule_claim_due", {"now": now, "limit": limit}, conn=conn)
+    def claim_due(self, *, now: datetime.datetime, limit: int, conn: Connection,
+                  after: tuple[datetime.datetime, str] | None = None) -> list[DueSchedule]:
+        """Lock up to ``limit`` due schedules nobody else holds, until ``conn`` commits.
+
+        ``after`` = the (next_slot, name) of the last schedule of the previous page.
+        """
+        if after is None:
+            rows = self._db.rows("schedule_claim_due", {"now": now, "limit": limit},
+                                 conn=conn)
+        else:
+            rows = self._db.rows("schedule_claim_due_after", {
+                "now": now, "limit": limit, "after_slot": after[0], "after_name": after[1],
+            }, conn=conn)
         return [
             DueSchedule(name=r[0], expression=r[1], job_class=r[2], data=r[3], queue=r[4],
                         priority=r[5], timeout_seconds=r[6], max_retries=r[7], idempotent=r[8],
                         catch_up=r[9], catch_up_window_seconds=r[10], catch_up_max=r[11],
                         overlap=r[12], planned_until=r[13], last_job_id=r[14],
-                        last_job_status=r[15])
+                        last_job_status=r[15], next_slot=r[16])
             for r in rows
         ]
 
     def advance_many(self, advances: Sequence[SlotAdvance], *, conn: Connection) -> int:
         if not advances:
             return 0
-        return self._db.execute("schedule_advance_many", {
-            "names": [a.name for a in advances],
-            "planned_until": [a.planned_until for a in advances],
-            "last_slots": [a.last_slot for a in advances],
-            "last_enqueued": [a.last_enqueued_slot for a in advances],
-            "next_slots": [a.next_slot for a in advances],
-            "enqueued": [a.enqueued for a in advances],
-            "skipped": [a.skipped for a in advances],
-            "missed": [a.missed for a in advances],
-            "last_job_ids": [a.last_job_id for a in advances],
-            "errors": [a.error for a in advances],
-        }, conn=conn)
+        def iso(t: datetime.datetime | None) -> str | None:
+            return None if t is None else t.isoformat()
+
+        return self._db.execute("schedule_advance_many", {"advances": Jsonb([
+            {"name": a.name, "planned_until": iso(a.planned_until), "last_slot": iso(a.last_slot),
+             "last_enqueued_slot": iso(a.last_enqueued_slot), "next_slot": iso(a.next_slot),
+             "enqueued": a.enqueued, "skipped": a.skipped, "missed": a.missed,
+             "last_job_id": a.last_job_id, "error": a.error}
+            for a in advances
+        ])}, conn=conn)
 
     def cancel_job(self, job_id: int, *, reason: str, conn: Connection) -> str | None:
         """Cancel a pending run or ask a running one to stop; its status after, or None."""

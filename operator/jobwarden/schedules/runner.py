@@ -39,6 +39,7 @@ The runner never raises: errors are logged and counted in the report.
 
 from __future__ import annotations
 
+import collections
 import datetime as dt
 import functools
 import logging
@@ -61,7 +62,7 @@ __all__ = ["DEFAULT_BATCH", "ScheduleService", "enqueue_due", "install"]
 logger = logging.getLogger("jobwarden.schedules")
 
 #: Schedules planned per transaction: bounds lock time and the size of one insert.
-DEFAULT_BATCH = 500
+DEFAULT_BATCH = 1000
 #: A schedule whose stored expression cannot be read is retried this much later.
 ERROR_RETRY_SECONDS = 60
 _ACTIVE = ("pending", "processing")
@@ -86,10 +87,12 @@ def enqueue_due(db: Database, *, now: dt.datetime | None = None, limit: int = 10
     report = RunReport()
     started = time.perf_counter()
     remaining = max(limit, 0)
+    after: tuple[dt.datetime, str] | None = None
     try:
         while remaining > 0:
             size = min(batch_size, remaining)
-            part = _pass(db, now=now, limit=size, tolerance_seconds=tolerance_seconds)
+            part, after = _pass(db, now=now, limit=size, tolerance_seconds=tolerance_seconds,
+                                after=after)
             report.add(part)
             remaining -= part.checked
             if part.checked < size:
@@ -119,18 +122,23 @@ def _warn_once(message: str) -> None:
         logger.warning("%s", message)
 
 
-def _pass(db: Database, *, now: dt.datetime | None, limit: int,
-          tolerance_seconds: int) -> RunReport:
-    """One transaction: claim due schedules, plan, enqueue, advance; metrics after commit."""
+def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_seconds: int,
+          after: tuple[dt.datetime, str] | None,
+          ) -> tuple[RunReport, tuple[dt.datetime, str] | None]:
+    """One transaction: claim due schedules, plan, enqueue, advance; metrics after commit.
+
+    Returns the report and the page key to continue after.
+    """
     report = RunReport()
     per_schedule: list[tuple[str, int, int, int]] = []  # name, enqueued, skipped, missed
     enqueued_specs: list[JobSpec] = []
     with db.transaction() as conn:
         at = db.schedules.now(conn=conn, now=now)
-        due = db.schedules.claim_due(now=at, limit=limit, conn=conn)
+        due = db.schedules.claim_due(now=at, limit=limit, conn=conn, after=after)
         report.checked = len(due)
         if not due:
-            return report
+            return report, after
+        after = (due[-1].next_slot, due[-1].name)
         advances: list[SlotAdvance] = []
         batch: list[JobSpec] = []
         owners: list[tuple[int, int]] = []  # (index into advances, slot index) per spec
@@ -187,9 +195,10 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int,
             metrics.SCHEDULE_SLOTS_SKIPPED.labels(name).inc(skipped)
         if missed:
             metrics.SCHEDULE_SLOTS_MISSED.labels(name).inc(missed)
-    for spec in enqueued_specs:
-        metrics.JOBS_ENQUEUED.labels(spec.queue, spec.job_class).inc()
-    return report
+    for (queue, job_class), count in collections.Counter(
+            (spec.queue, spec.job_class) for spec in enqueued_specs).items():
+        metrics.JOBS_ENQUEUED.labels(queue, job_class).inc(count)
+    return report, after
 
 
 def _plan(db: Database, schedule: DueSchedule, at: dt.datetime, tolerance_seconds: int,

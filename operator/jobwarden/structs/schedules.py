@@ -124,6 +124,8 @@ class DueSchedule:
     last_job_id: int | None
     #: Status of the job ``last_job_id`` names (None: none, or purged).
     last_job_status: str | None
+    #: The due slot as stored (the page key, with the name).
+    next_slot: datetime.datetime
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -44,7 +44,7 @@ CREATE TABLE {schema}.schedules (
     planned_until            timestamptz NOT NULL DEFAULT now(),
     last_slot                timestamptz,
     last_enqueued_slot       timestamptz,
-    next_slot                timestamptz,
+    next_slot                timestamptz NOT NULL,
     enqueued_count           bigint NOT NULL DEFAULT 0,
     skipped_count            bigint NOT NULL DEFAULT 0,
     missed_count             bigint NOT NULL DEFAULT 0,
@@ -76,8 +76,9 @@ CREATE TABLE {schema}.schedules (
     )
 );
 
--- Due lookups: the runner reads active schedules whose next slot has come (NULL =
--- plan at the next pass), oldest first, so this stays O(due) however many exist.
-CREATE INDEX schedules_due_idx ON {schema}.schedules (next_slot NULLS FIRST) WHERE NOT suspended;
+-- Due lookups: the runner reads active schedules whose next slot has come, oldest
+-- first, in pages keyed by (next_slot, name), so a pass costs O(due) however many
+-- schedules exist and a later page never rescans an earlier one.
+CREATE INDEX schedules_due_idx ON {schema}.schedules (next_slot, name) WHERE NOT suspended;
 -- Code sync: the code schedules a process may have to suspend.
 CREATE INDEX schedules_source_idx ON {schema}.schedules (source, origin);

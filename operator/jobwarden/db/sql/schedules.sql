@@ -110,20 +110,38 @@ DELETE FROM {schema}.schedules WHERE name = %(name)s RETURNING name;
 -- is that runner's for this pass. The lock is held until the caller has enqueued
 -- the slots and advanced the row in the same transaction, so a second runner sees
 -- either the old row locked (skipped) or the new one (not due any more).
+-- `next_slot <= now` is an index condition on schedules_due_idx: the scan stops at
+-- the first schedule that is not due.
 SELECT s.name, s.expression, s.job_class, s.data, s.queue, s.priority, s.timeout_seconds,
        s.max_retries, s.idempotent, s.catch_up, s.catch_up_window_seconds, s.catch_up_max,
        s.overlap, s.planned_until, s.last_job_id,
-       (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id)
+       (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id), s.next_slot
 FROM {schema}.schedules AS s
-WHERE NOT s.suspended AND (s.next_slot IS NULL OR s.next_slot <= %(now)s)
-ORDER BY s.next_slot NULLS FIRST
+WHERE NOT s.suspended AND s.next_slot <= %(now)s
+ORDER BY s.next_slot, s.name
+LIMIT %(limit)s
+FOR UPDATE OF s SKIP LOCKED;
+
+-- name: schedule_claim_due_after
+-- The next page of one pass: keyset after the last (next_slot, name) of the previous
+-- page, so entries the previous pages already advanced (dead until vacuumed) are not
+-- walked again.
+SELECT s.name, s.expression, s.job_class, s.data, s.queue, s.priority, s.timeout_seconds,
+       s.max_retries, s.idempotent, s.catch_up, s.catch_up_window_seconds, s.catch_up_max,
+       s.overlap, s.planned_until, s.last_job_id,
+       (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id), s.next_slot
+FROM {schema}.schedules AS s
+WHERE NOT s.suspended AND s.next_slot <= %(now)s
+  AND (s.next_slot, s.name) > (%(after_slot)s::timestamptz, %(after_name)s::text)
+ORDER BY s.next_slot, s.name
 LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED;
 
 -- name: schedule_advance_many
 -- Write back one pass for many schedules in one statement: the new planning point,
 -- the slots' fates added to the counts, the job of the newest enqueued slot, and
--- the newest success seen (kept so a purge of old jobs does not lose it).
+-- the newest success seen (kept so a purge of old jobs does not lose it). The rows
+-- travel as one JSON document: dumping ten typed arrays costs more than the statement.
 UPDATE {schema}.schedules AS s
 SET planned_until = a.planned_until,
     last_slot = coalesce(a.last_slot, s.last_slot),
@@ -139,12 +157,10 @@ SET planned_until = a.planned_until,
         WHERE c.schedule_name = s.name AND c.status = 'completed'
         ORDER BY c.id DESC LIMIT 1)),
     updated_at = now()
-FROM unnest(%(names)s::text[], %(planned_until)s::timestamptz[], %(last_slots)s::timestamptz[],
-            %(last_enqueued)s::timestamptz[], %(next_slots)s::timestamptz[],
-            %(enqueued)s::bigint[], %(skipped)s::bigint[], %(missed)s::bigint[],
-            %(last_job_ids)s::bigint[], %(errors)s::text[])
-     AS a(name, planned_until, last_slot, last_enqueued_slot, next_slot, enqueued, skipped,
-          missed, last_job_id, error)
+FROM jsonb_to_recordset(%(advances)s::jsonb)
+     AS a(name text, planned_until timestamptz, last_slot timestamptz,
+          last_enqueued_slot timestamptz, next_slot timestamptz, enqueued bigint,
+          skipped bigint, missed bigint, last_job_id bigint, error text)
 WHERE s.name = a.name;
 
 -- name: schedule_add_backfill
@@ -184,7 +200,7 @@ RETURNING name;
 SELECT s.name,
        extract(epoch FROM now() - coalesce(greatest(s.last_success_at, ok.finished_at),
                                            s.created_at))::double precision,
-       CASE WHEN s.suspended OR s.next_slot IS NULL THEN 0
+       CASE WHEN s.suspended THEN 0
             ELSE greatest(extract(epoch FROM now() - s.next_slot), 0) END::double precision,
        greatest(s.last_success_at, ok.finished_at) IS NOT NULL,
        s.suspended
