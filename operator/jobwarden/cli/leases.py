@@ -58,8 +58,8 @@ def _expires_in(record: LeaseRecord) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with common.client(args) as client:
-        found = client.db.leases.list(include_expired=args.expired, prefix=args.prefix,
+    with common.database(args) as db:
+        found = db.leases.list(include_expired=args.expired, prefix=args.prefix,
                                       limit=args.limit)
     if args.json:
         print_json([r.as_json() for r in found])
@@ -79,8 +79,8 @@ def _confirm(prompt: str) -> bool:
 
 
 def cmd_clear(args: argparse.Namespace) -> int:
-    with common.client(args) as client:
-        held = [r for r in client.db.leases.read(args.name)
+    with common.database(args) as db:
+        held = [r for r in db.leases.read(args.name)
                 if r.owner is not None and (args.slot is None or r.slot == args.slot)]
         if not held:
             if args.json:
@@ -103,7 +103,7 @@ def cmd_clear(args: argparse.Namespace) -> int:
                             f"{_expires_in(r)})" for r in held)
             if not _confirm(f"Clear lease {args.name!r} held by {who}?"):
                 return EXIT_FAILURE
-        cleared = client.db.leases.clear(args.name, force=args.force, slot=args.slot)
+        cleared = db.leases.clear(args.name, force=args.force, slot=args.slot)
     if args.json:
         print_json({"name": args.name, "cleared": [r.as_json() for r in cleared]})
     else:
