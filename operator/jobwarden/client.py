@@ -54,10 +54,11 @@ class Client:
     """A connection pool to one Jobwarden schema plus the operations on it."""
 
     def __init__(self, dsn: str | None = None, *, schema: str | None = None,
-                 max_connections: int = 4, database: Database | None = None) -> None:
+                 max_connections: int = 4, database: Database | None = None,
+                 owns_database: bool = False) -> None:
         if database is not None:
             self.db = database
-            self._owns_db = False
+            self._owns_db = owns_database
         else:
             resolved = dsn or settings.env_dsn()
             if not resolved:

@@ -26,4 +26,4 @@ def database(args: argparse.Namespace, *, max_size: int = 2) -> Database:
 
 
 def client(args: argparse.Namespace) -> Client:
-    return Client(database=database(args))
+    return Client(database=database(args), owns_database=True)
