@@ -55,8 +55,9 @@ def test_a_held_key_defers_the_job_and_its_release_lets_it_succeed(
     assert done["jobId"] == status["jobId"]  # one job for the resource, not one per pass
     ready = {c["type"]: c for c in done["conditions"]}["Ready"]
     assert ready["status"] == "True" and ready["observedGeneration"] == 1
-    reasons = [e["reason"] for e in kube_api.events("default", involved="reindex")]
-    assert "Deferred" in reasons and "Succeeded" in reasons
+    # Events are posted by kopf's poster, independently of the status patch.
+    kube_api.wait(lambda: {"Deferred", "Succeeded"} <= {
+        e["reason"] for e in kube_api.events("default", involved="reindex")}, what="events")
     assert [j.id for j in client.jobs(job_class="tests.support.leasejobs:BusyOnce")] == [job.id]
 
 
