@@ -235,8 +235,16 @@ def _plan(db: Database, schedule: DueSchedule, at: dt.datetime, tolerance_second
     if plan.missed:
         logger.info("schedule %r: %d slot(s) missed (catch-up %s)%s", schedule.name,
                     plan.missed, schedule.catch_up, "" if plan.missed_exact else " at least")
-    newest = expr.prev_at_or_before(at)
-    fated = newest if newest is not None and newest > schedule.planned_until else None
+    # The newest slot that got a fate. The plan considers slots newest first and a
+    # slot too old to run makes every older one too old, so when anything runs, the
+    # newest slot is among the runs; only an all-missed plan needs a lookup.
+    if plan.run:
+        fated: dt.datetime | None = plan.run[-1]
+    elif plan.missed:
+        newest = expr.prev_at_or_before(at)
+        fated = newest if newest is not None and newest > schedule.planned_until else None
+    else:
+        fated = None
     return run, SlotAdvance(
         name=schedule.name, planned_until=plan.cursor, last_slot=fated,
         last_enqueued_slot=None, next_slot=plan.next_slot, enqueued=0, skipped=skipped,
