@@ -78,13 +78,28 @@ def _blank(value: object) -> bool:
     return value is None or not str(value).strip()
 
 
+def row_lease_kind(name: str) -> LeaseKind:
+    """The metrics kind of a lease named on a job row by its prefix."""
+    for prefix, kind in (("schedule:", "schedule"), ("key:", "key"), ("job:", "job")):
+        if name.startswith(prefix):
+            return kind  # type: ignore[return-value]
+    return "key"
+
+
 def job_lease(job_class: type[definitions.Job], data: Any,
-              class_path: str | None = None) -> tuple[str, LeaseKind] | None:
+              class_path: str | None = None, *,
+              row_lease: str | None = None) -> tuple[str, LeaseKind] | None:
     """The lease a run of ``job_class`` with ``data`` needs, or None.
 
-    Precedence: ``concurrency_key_for(data)`` (when overridden and not blank) >
+    A lease named on the job row by whoever enqueued it (an ExclusiveJob
+    resource's key, a Forbid schedule's ``schedule:<name>``) comes first: the
+    enqueuer asked for exactly that exclusivity, and the operator that wrote it
+    cannot import the class to know better. Otherwise the class decides:
+    ``concurrency_key_for(data)`` (when overridden and not blank) >
     ``concurrency_key`` > ``exclusive``. Names over the column limit are hashed.
     """
+    if row_lease:
+        return lease_name(row_lease), row_lease_kind(row_lease)
     if definitions.overrides(job_class, "concurrency_key_for"):
         key = job_class().concurrency_key_for(data)
         if not _blank(key):
@@ -125,7 +140,8 @@ class ExclusiveJobs:
     def guard(self, attempt: Attempt, job_class: type[definitions.Job]) -> Outcome | None:
         claim = attempt.claim
         try:
-            wanted = job_lease(job_class, claim.data, claim.job_class)
+            wanted = job_lease(job_class, claim.data, claim.job_class,
+                               row_lease=claim.lease_name)
         except Exception as exc:  # user code: a failed attempt, not a crash
             logger.warning("job %d: concurrency_key_for raised: %r", claim.id, exc)
             return Failed(error=f"concurrency_key_for raised {type(exc).__name__}: {exc}",
@@ -133,7 +149,7 @@ class ExclusiveJobs:
         if wanted is None:
             return None
         name, kind = wanted
-        window = lease_window(claim.timeout_seconds)
+        window = claim.lease_ttl_seconds or lease_window(claim.timeout_seconds)
         owner = str(claim.claim_token)
         try:
             found = self._db.leases.try_acquire(
@@ -156,7 +172,7 @@ class ExclusiveJobs:
         metrics.LEASE_BUSY.labels(kind).inc()
         holder = f"{found.holder or 'another owner'}" + (
             f" on {found.holder_host}" if found.holder_host else "")
-        policy = job_class.on_busy
+        policy = claim.on_busy or job_class.on_busy
         logger.info("job %d (%s): lease %r busy (held by %s, %.1fs left): %s", claim.id,
                     claim.job_class, name, holder, found.retry_after, policy)
         if policy == "skip":

@@ -81,6 +81,10 @@ def test_gauges_are_set_by_the_holder_and_removed_by_a_standby(db: Database,
     sample = metrics.REGISTRY.get_sample_value
     assert sample("jobwarden_queue_depth", {"queue": "reports", "status": "pending"}) == 1
     assert sample("jobwarden_queue_depth", {"queue": "reports", "status": "failed"}) == 0
+    assert sample("jobwarden_queue_oldest_pending_seconds", {"queue": "reports"}) >= 0
+    client.enqueue("tests.support.testjobs:Noop", queue="later", delay=3600, check=False)
+    gauges()
+    assert sample("jobwarden_queue_oldest_pending_seconds", {"queue": "later"}) == 0  # not due
     gauges.clear()
     assert sample("jobwarden_queue_depth", {"queue": "reports", "status": "pending"}) is None
 

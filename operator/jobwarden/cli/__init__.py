@@ -11,6 +11,7 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -77,9 +78,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dsn", help="PostgreSQL DSN (default: $JOBWARDEN_DSN or "
                         "the file named by $JOBWARDEN_DSN_FILE)")
     parser.add_argument("--schema", help="schema name (default: $JOBWARDEN_SCHEMA or jobwarden)")
-    parser.add_argument("--log-level", default="INFO",
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"])
-    parser.add_argument("--log-format", default="text", choices=["text", "json"])
+    parser.add_argument("--log-level", default=os.environ.get("JOBWARDEN_LOG_LEVEL", "INFO"),
+                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="default $JOBWARDEN_LOG_LEVEL or INFO")
+    parser.add_argument("--log-format", default=os.environ.get("JOBWARDEN_LOG_FORMAT", "text"),
+                        choices=["text", "json"], help="default $JOBWARDEN_LOG_FORMAT or text")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

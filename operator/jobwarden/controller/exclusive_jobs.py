@@ -74,7 +74,9 @@ class ExclusiveJobReconciler:
             job.job_class, job.data, queue=job.queue, priority=job.priority,
             timeout=job.timeout_seconds, max_retries=job.max_retries,
             unique_key=specs.exclusive_unique_key(uid, generation), check=False)
-        prepared = dataclasses.replace(prepared, lease_name=spec.lease_name)
+        prepared = dataclasses.replace(
+            prepared, lease_name=spec.lease_name, on_busy=spec.on_busy,
+            lease_ttl_seconds=float(spec.lease_ttl_seconds) if spec.lease_ttl_seconds else None)
         result = self.runtime.client.enqueue_specs([prepared])[0]
         return result.id
 

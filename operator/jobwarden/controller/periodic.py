@@ -202,13 +202,9 @@ class Gauges:
             for state in JobStatus:
                 depth.setdefault((queue, state.value), 0)
         self._depth = _replace(metrics.QUEUE_DEPTH, self._depth, depth)
-        # The age of the oldest due pending job needs a query the jobs table does not
-        # have yet (db.jobs.oldest_pending() -> {queue: seconds}); exported once it does.
-        oldest_of = getattr(db.jobs, "oldest_pending", None)
-        if callable(oldest_of):
-            oldest: dict[str, float] = dict(oldest_of())
-            self._oldest = _replace(metrics.QUEUE_OLDEST_PENDING, self._oldest,
-                                    {(q,): oldest.get(q, 0.0) for q in queues | set(oldest)})
+        oldest = db.jobs.oldest_pending()
+        self._oldest = _replace(metrics.QUEUE_OLDEST_PENDING, self._oldest,
+                                {(q,): oldest.get(q, 0.0) for q in queues | set(oldest)})
         hosts = {(c.pool, c.state): float(c.count) for c in db.hosts.counts()}
         self._hosts = _replace(metrics.HOSTS, self._hosts, hosts)
         since: dict[tuple[str, ...], float] = {}

@@ -47,12 +47,13 @@ def _record(row: Row) -> JobRecord:
 
 def _claimed(row: Row) -> ClaimedJob:
     (id_, queue, job_class, data, priority, attempts, max_retries, timeout, idempotent, token,
-     lease_name, schedule_name, queue_wait) = row
+     lease_name, schedule_name, queue_wait, on_busy, lease_ttl) = row
     return ClaimedJob(
         id=id_, queue=queue, job_class=job_class, data=data, priority=priority,
         attempt=attempts, max_retries=max_retries, timeout_seconds=timeout,
         idempotent=idempotent, claim_token=token, lease_name=lease_name,
         schedule_name=schedule_name, queue_wait_seconds=float(queue_wait),
+        on_busy=on_busy, lease_ttl_seconds=lease_ttl,
     )
 
 
@@ -79,6 +80,8 @@ class JobsTable:
             "unique_keys": [s.unique_key for s in specs],
             "lease_names": [s.lease_name for s in specs],
             "schedule_names": [s.schedule_name for s in specs],
+            "on_busys": [s.on_busy for s in specs],
+            "lease_ttls": [s.lease_ttl_seconds for s in specs],
             "channel": self.channel,
         }
         rows = self._db.rows("job_insert_many", params, conn=conn)
@@ -226,6 +229,10 @@ class JobsTable:
     def stats(self) -> list[QueueStat]:
         return [QueueStat(queue=q, status=JobStatus(s), count=n)
                 for q, s, n in self._db.rows("job_stats")]
+
+    def oldest_pending(self) -> dict[str, float]:
+        """Seconds the oldest due pending job of each queue has waited."""
+        return {queue: float(age) for queue, age in self._db.rows("job_oldest_pending")}
 
     def now(self) -> datetime.datetime:
         return self._db.now()

@@ -26,8 +26,14 @@ class JobSpec:
     timeout_seconds: float = 300.0
     idempotent: bool = True
     unique_key: str | None = None
+    #: A lease named by the enqueuer (an ExclusiveJob's key, a Forbid schedule):
+    #: taken for this run instead of the class's own lease.
     lease_name: str | None = None
     schedule_name: str | None = None
+    #: With ``lease_name``: what a busy lease does (None = the class's ``on_busy``).
+    on_busy: str | None = None
+    #: With ``lease_name``: the lease's lifetime without renewal (None = default window).
+    lease_ttl_seconds: float | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -53,6 +59,8 @@ class ClaimedJob:
     lease_name: str | None
     schedule_name: str | None
     queue_wait_seconds: float
+    on_busy: str | None = None
+    lease_ttl_seconds: float | None = None
 
     @property
     def is_last_attempt(self) -> bool:

@@ -13,16 +13,20 @@ WITH input AS (
         %(queues)s::text[], %(classes)s::text[], %(datas)s::jsonb[], %(priorities)s::integer[],
         %(run_ats)s::timestamptz[], %(delays)s::double precision[], %(max_retries)s::integer[],
         %(timeouts)s::double precision[], %(idempotents)s::boolean[], %(unique_keys)s::text[],
-        %(lease_names)s::text[], %(schedule_names)s::text[]
+        %(lease_names)s::text[], %(schedule_names)s::text[], %(on_busys)s::text[],
+        %(lease_ttls)s::double precision[]
     ) WITH ORDINALITY AS i(queue, job_class, data, priority, run_at, delay, max_retries,
-                           timeout_seconds, idempotent, unique_key, lease_name, schedule_name, ord)
+                           timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
+                           on_busy, lease_ttl_seconds, ord)
 ),
 inserted AS (
     INSERT INTO {schema}.jobs (id, queue, job_class, data, priority, run_at, max_retries,
-                               timeout_seconds, idempotent, unique_key, lease_name, schedule_name)
+                               timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
+                               on_busy, lease_ttl_seconds)
     SELECT id, queue, job_class, data, priority,
            coalesce(run_at, now()) + make_interval(secs => coalesce(delay, 0)),
-           max_retries, timeout_seconds, idempotent, unique_key, lease_name, schedule_name
+           max_retries, timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
+           on_busy, lease_ttl_seconds
     FROM input ORDER BY ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -58,7 +62,8 @@ SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_u
 FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
           j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
-          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait;
+          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
+          j.on_busy, j.lease_ttl_seconds;
 
 -- name: job_claim_any
 -- As job_claim_queues, over every queue.
@@ -77,7 +82,8 @@ SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_u
 FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
           j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
-          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait;
+          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
+          j.on_busy, j.lease_ttl_seconds;
 
 -- name: job_complete_many
 -- Batched, fenced completion. Ids missing from the result were fenced.
@@ -245,7 +251,8 @@ SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_u
 FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
           j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
-          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait;
+          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
+          j.on_busy, j.lease_ttl_seconds;
 
 -- name: job_claim_capped_any
 -- As job_claim_capped_queues, over every queue.
@@ -270,4 +277,12 @@ SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_u
 FROM picked WHERE j.id = picked.id
 RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
           j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
-          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait;
+          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
+          j.on_busy, j.lease_ttl_seconds;
+
+-- name: job_oldest_pending
+-- Age of the oldest due pending job per queue: how long work has been waiting.
+SELECT queue, extract(epoch FROM now() - min(run_at))::double precision
+FROM {schema}.jobs
+WHERE status = 'pending' AND run_at <= now()
+GROUP BY queue;
