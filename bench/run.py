@@ -44,7 +44,7 @@ class Sizes:
     batch_jobs: int = 20000
     batch_size: int = 1000
     e2e_jobs: int = 2000
-    best_jobs: int = 10000
+    best_jobs: int = 5000
     trickle_jobs: int = 200
     trickle_interval: float = 0.020
     trickle_warmup: int = 5

@@ -21,11 +21,12 @@ from procrastinate.types import JSONDict
 
 from bench.adapters import base
 
-# procrastinate's worker defaults to one job at a time; its docs give no
-# throughput recommendation. "best" is the highest concurrency we found to help
-# on these machines (see docs/benchmarks.md); beyond it the single fetch loop
-# and per-job status writes are the limit, not the job slots.
-BEST_CONCURRENCY = 10
+# procrastinate's worker defaults to one job at a time and its docs give no
+# throughput recommendation. Its single fetch loop takes one job per query, so
+# more slots stop helping early: on these 2-core machines concurrency 10 was no
+# faster than 4 when the machine was quiet and slower under load. Its best
+# setting here is therefore 4 (the "best" row repeats c4 with more jobs).
+BEST_CONCURRENCY = 4
 
 _on_job: base.OnJob | None = None
 
@@ -80,7 +81,7 @@ class ProcrastinateSystem:
             "driver": f"psycopg {psycopg.__version__} (PsycopgConnector pool)",
             "enqueue": "task.defer_async(i=...) / task.batch_defer_async(*kwargs)",
             "worker": "app.run_worker_async(concurrency=N, listen_notify=True)",
-            "best": f"concurrency={BEST_CONCURRENCY} (default is 1)",
+            "best": f"concurrency={BEST_CONCURRENCY} (its default is 1; 10 was no faster)",
         }
 
     async def install(self, dsn: str) -> None:
