@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+import types
 from collections.abc import Callable
 
+import pytest
+
+from jobwarden import tick
 from jobwarden.client import Client
+from jobwarden.schedules import runner
+from jobwarden.settings import WorkerSettings
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
 from tests.conftest import audit_rows
@@ -48,3 +54,19 @@ def test_replace_stops_the_running_previous_run_through_its_heartbeat(
     client.cancel(second.id)  # let the worker stop promptly
     wait_for(lambda: client.job(second.id).status is JobStatus.CANCELLED, timeout=15,
              message="the second run cancelled")
+
+
+def test_installing_the_runner_adds_a_periodic_task_and_the_tick_routes_hook(
+        client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tick, "schedule_runner", None)
+    worker = types.SimpleNamespace(db=client.db, periodic=[],
+                                   settings=WorkerSettings(schedule_check_seconds=7, apps=()))
+    service = runner.install(worker)  # type: ignore[arg-type]
+    assert [(t.name, t.interval) for t in worker.periodic] == [("schedules", 7)]
+    assert service.tolerance_seconds >= 60
+
+    client.schedules.upsert("ticked", interval="1m", job_class="tests.support.schedulejobs:Tick",
+                            now=client.db.now() - dt.timedelta(minutes=2))
+    assert tick.schedule_runner is not None
+    assert tick.schedule_runner(client.db) == 1  # the newest missed slot (catch-up latest)
+    assert tick.schedule_runner(client.db) == 0
