@@ -36,7 +36,7 @@ from typing import Any
 
 import kopf
 
-from jobwarden.controller import exclusive_jobs, periodic, schedules
+from jobwarden.controller import exclusive_jobs, periodic, pools, schedules
 from jobwarden.controller.config import OperatorConfig
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
@@ -50,8 +50,7 @@ ANNOTATIONS_PREFIX = "kopf.jobwarden.io"
 READY_DB_GRACE_SECONDS = 30.0
 
 #: One module per custom resource; each has ``register(registry, runtime)``.
-#: (WorkerPool reconciliation will add ``pools`` here.)
-RESOURCE_MODULES = (schedules, exclusive_jobs)
+RESOURCE_MODULES = (schedules, exclusive_jobs, pools)
 
 
 def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:

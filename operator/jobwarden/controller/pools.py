@@ -1,0 +1,331 @@
+"""``WorkerPool`` -> worker pods, scaled and rolled out drain-first.
+
+The operator owns the pods itself (no Deployment) so that it can drain a host
+through the host registry before the pod goes: the host stops claiming, keeps
+heartbeating, finishes what it runs, and only then is its pod deleted (or at the
+drain timeout, leaving the rest to the reaper).
+
+Level-triggered like the other reconcilers: the create/update/resume handlers
+and a per-pool timer (``JOBWARDEN_POOL_INTERVAL`` seconds, default 2) run the
+same pass: observe (the pool's pods, the hosts table), decide
+(:func:`jobwarden.controller.rollout.decide`, pure), act (create, annotate +
+drain, delete), mirror into ``.status`` and post Events. Nothing lives only in
+memory: the drain decision is a pod annotation written *before* the registry
+drain, the version is a pod label, so a restarted operator picks a rollout up
+where it stood. A lock per pool keeps a handler and the timer of one pool from
+acting on the same observation twice.
+
+Deleting a ``WorkerPool`` leaves its pods to the garbage collector (owner
+references); each worker then drains itself on SIGTERM within its grace period.
+"""
+
+from __future__ import annotations
+
+import collections
+import datetime as dt
+import json
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+import kopf
+
+from jobwarden import errors, metrics
+from jobwarden.controller import events, pools_spec, rollout
+from jobwarden.controller import status as st
+from jobwarden.controller.runtime import Runtime
+from jobwarden.controller.specs import SpecError
+
+logger = logging.getLogger("jobwarden.controller.pools")
+
+KIND = "WorkerPool"
+RESOURCE = ("jobwarden.io", "v1alpha1", "workerpools")
+POOL_KEYS = ("observedGeneration", "replicas", "updatedReplicas", "readyReplicas", "selector",
+             "drainingHosts", "codeVersion", "conditions")
+#: A registry drain outlives the drain timeout by this much, so it cannot lapse
+#: (and let the host claim again) between the timeout and the pod's deletion.
+DRAIN_EXPIRY_MARGIN = 60.0
+#: Grace of a pod deleted at its drain timeout: the drain already had its time.
+TIMEOUT_DELETE_GRACE = 10
+
+
+def pool_interval(env: dict[str, str] | None = None) -> float:
+    raw = (os.environ if env is None else env).get("JOBWARDEN_POOL_INTERVAL", "").strip()
+    if not raw:
+        return 2.0
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise errors.ConfigurationError(
+            f"JOBWARDEN_POOL_INTERVAL must be a number of seconds, not {raw!r}") from exc
+    if value < 0.1:
+        raise errors.ConfigurationError(f"JOBWARDEN_POOL_INTERVAL must be at least 0.1, not {raw}")
+    return value
+
+
+def _epoch(value: Any) -> float:
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    if isinstance(value, str) and value:
+        try:
+            return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            return 0.0
+    return 0.0
+
+
+def pod_view(pod: dict[str, Any]) -> rollout.PodView:
+    """What the decision needs from a pod manifest (pure)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    annotations = meta.get("annotations") or {}
+    status = pod.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or [])
+    started: float | None = None
+    raw = annotations.get(pools_spec.DRAIN_STARTED_ANNOTATION)
+    if raw:
+        try:
+            started = float(raw)
+        except ValueError:
+            started = 0.0  # unreadable: treat as long started (drained, timed out)
+    return rollout.PodView(
+        name=str(meta.get("name")), template_hash=str(labels.get(pools_spec.HASH_LABEL, "")),
+        created=_epoch(meta.get("creationTimestamp")), phase=str(status.get("phase") or ""),
+        ready=ready and status.get("phase") == "Running",
+        terminating=bool(meta.get("deletionTimestamp")),
+        drain_started=started, drain_reason=annotations.get(pools_spec.DRAIN_REASON_ANNOTATION))
+
+
+class KubePods:
+    """The few pod calls the reconciler makes, through the Kubernetes client (dicts in and out)."""
+
+    def __init__(self) -> None:
+        self._core: Any = None
+        self._lock = threading.Lock()
+
+    def core(self) -> Any:
+        with self._lock:
+            if self._core is None:
+                import kubernetes
+
+                try:
+                    configuration = kubernetes.client.Configuration()
+                    kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                        client_configuration=configuration)
+                    api_client = kubernetes.client.ApiClient(configuration)
+                except kubernetes.config.ConfigException:
+                    api_client = kubernetes.config.new_client_from_config()  # type: ignore[no-untyped-call]
+                self._core = kubernetes.client.CoreV1Api(api_client)
+            return self._core
+
+    def list(self, namespace: str, pool: str, owner_uid: str) -> list[dict[str, Any]]:
+        response = self.core().list_namespaced_pod(
+            namespace, label_selector=f"{pools_spec.POOL_LABEL}={pool}",
+            _preload_content=False)
+        items = json.loads(response.data).get("items") or []
+        return [p for p in items
+                if any(ref.get("uid") == owner_uid
+                       for ref in (p.get("metadata") or {}).get("ownerReferences") or [])]
+
+    def create(self, namespace: str, manifest: dict[str, Any]) -> None:
+        self.core().create_namespaced_pod(namespace, manifest, _preload_content=False)
+
+    def delete(self, namespace: str, name: str, *, grace: int | None = None) -> None:
+        import kubernetes
+
+        try:
+            self.core().delete_namespaced_pod(name, namespace, grace_period_seconds=grace,
+                                              _preload_content=False)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        self.core().patch_namespaced_pod(name, namespace,
+                                         {"metadata": {"annotations": annotations}},
+                                         _preload_content=False)
+
+
+class PoolReconciler:
+    def __init__(self, runtime: Runtime, pods: KubePods | None = None) -> None:
+        self.runtime = runtime
+        self.pods = pods or KubePods()
+        self._locks: collections.defaultdict[str, threading.Lock] = \
+            collections.defaultdict(threading.Lock)
+
+    def reconcile(self, *, body: kopf.Body, patch: kopf.Patch, trigger: str) -> str:
+        meta = body.get("metadata", {})
+        with self._locks[str(meta.get("uid"))]:
+            return self._reconcile(body=body, patch=patch, trigger=trigger)
+
+    def _reconcile(self, *, body: kopf.Body, patch: kopf.Patch, trigger: str) -> str:
+        meta = body.get("metadata", {})
+        name, namespace = str(meta.get("name")), str(meta.get("namespace") or "default")
+        uid, generation = str(meta.get("uid")), meta.get("generation")
+        previous: dict[str, Any] = dict(body.get("status") or {})
+        now_dt = dt.datetime.now(dt.UTC)
+        try:
+            spec = pools_spec.parse_pool(name, body.get("spec"))
+        except SpecError as exc:
+            conditions = st.set_conditions(previous.get("conditions"), [st.Condition(
+                type="Progressing", status="False", reason="InvalidSpec", message=str(exc))],
+                generation=generation, now=now_dt)
+            self._write(body, patch, previous, {**previous, "conditions": conditions},
+                        [st.Event(type="Warning", reason="InvalidSpec", message=str(exc))]
+                        if st.condition_of(previous.get("conditions"), "Progressing") !=
+                        st.condition_of(conditions, "Progressing") else [])
+            self.runtime.reconciled(KIND, "invalid")
+            return "invalid"
+
+        manifests = self.pods.list(namespace, name, uid)
+        views = [pod_view(p) for p in manifests]
+        try:
+            names = [v.name for v in views]
+            registered = {h.name: h for h in self.runtime.client.hosts.status(pool=name)}
+            running = self.runtime.client.hosts.running(names) if names else {}
+        except errors.DatabaseUnavailable as exc:
+            self.runtime.failed(KIND)
+            self.runtime.health.database(False)
+            raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
+        self.runtime.health.database(True)
+        hosts = {n: rollout.HostView(
+            running=int(running.get(n, 0)),
+            registered=n in registered and registered[n].processes > 0,
+            draining=n in registered and registered[n].draining) for n in names}
+        desired = rollout.Desired(replicas=spec.replicas, template_hash=spec.template_hash,
+                                  max_surge=spec.max_surge,
+                                  max_unavailable=spec.max_unavailable,
+                                  drain_timeout=spec.drain_timeout)
+        now = time.time()
+        plan = rollout.decide(desired, views, hosts, now=now)
+        posted = self._apply(plan, spec=spec, namespace=namespace, uid=uid, now=now,
+                             trigger=trigger)
+
+        summary = plan.summary
+        updates = [st.Condition(type=c["type"], status=c["status"], reason=c["reason"],
+                                message=c["message"])
+                   for c in rollout.conditions_of(summary, replicas=spec.replicas)]
+        progressing = st.condition_of(previous.get("conditions"), "Progressing")
+        if rollout.rollout_started(progressing, summary):
+            posted.append(st.Event(type="Normal", reason="RolloutStarted",
+                                   message=f"rolling out code version {spec.code_version} "
+                                           f"(template {spec.template_hash})"))
+        if rollout.rollout_finished(progressing, summary):
+            since = _epoch((progressing or {}).get("lastTransitionTime"))
+            if since:
+                metrics.ROLLOUT_DURATION.labels(name).observe(max(0.0, now - since))
+            posted.append(st.Event(type="Normal", reason="RolloutComplete",
+                                   message=f"every pod runs code version {spec.code_version}"))
+        desired_status = {
+            "observedGeneration": generation, "replicas": summary.replicas,
+            "updatedReplicas": summary.updated, "readyReplicas": summary.ready,
+            "selector": spec.selector, "drainingHosts": list(summary.draining),
+            "codeVersion": spec.code_version,
+            "conditions": st.set_conditions(previous.get("conditions"), updates,
+                                            generation=generation, now=now_dt),
+        }
+        self._write(body, patch, previous, desired_status, posted)
+        result = "updated" if plan.actions else "unchanged"
+        self.runtime.reconciled(KIND, result)
+        return result
+
+    def _apply(self, plan: rollout.Plan, *, spec: pools_spec.PoolSpec, namespace: str,
+               uid: str, now: float, trigger: str) -> list[st.Event]:
+        posted: list[st.Event] = []
+        expires = spec.drain_timeout + DRAIN_EXPIRY_MARGIN
+        for action in plan.actions:
+            if isinstance(action, rollout.Drain):
+                if not action.again:
+                    # The decision first (a pod annotation), then the registry: a crash in
+                    # between is repaired by the next pass (annotation set, host not draining).
+                    self.pods.annotate(namespace, action.pod, {
+                        pools_spec.DRAIN_STARTED_ANNOTATION: f"{now:.3f}",
+                        pools_spec.DRAIN_REASON_ANNOTATION: action.reason})
+                drained = self.runtime.client.hosts.drain(host=action.pod, expires_in=expires,
+                                                          reason=action.reason)
+                if not action.again:
+                    logger.info("%s/%s: draining host %s (%s)%s [%s]", namespace, spec.name,
+                                action.pod, action.reason,
+                                "" if drained else " (not registered yet)", trigger)
+                    posted.append(st.Event(type="Normal", reason="Draining",
+                                           message=f"draining host {action.pod} "
+                                                   f"({action.reason}) before deleting its pod"))
+            elif isinstance(action, rollout.Delete):
+                timed_out = action.reason == "drain-timeout"
+                self.pods.delete(namespace, action.pod,
+                                 grace=TIMEOUT_DELETE_GRACE if timed_out else None)
+                logger.info("%s/%s: deleted pod %s (%s, %d job(s) running) [%s]", namespace,
+                            spec.name, action.pod, action.reason, action.running, trigger)
+                if timed_out:
+                    if action.running:
+                        metrics.ROLLOUT_REAPED.labels(spec.name).inc(action.running)
+                    posted.append(st.Event(
+                        type="Warning", reason="DrainTimeout",
+                        message=f"host {action.pod} still ran {action.running} job(s) after "
+                                f"{spec.drain_timeout}s; pod deleted, its jobs are left to the "
+                                "reaper"))
+                elif action.reason == "failed":
+                    posted.append(st.Event(
+                        type="Warning", reason="PodFailed",
+                        message=f"pod {action.pod} stopped; replacing it"
+                                + (f" ({action.running} job(s) left to the reaper)"
+                                   if action.running else "")))
+                else:
+                    posted.append(st.Event(type="Normal", reason="Deleted",
+                                           message=f"host {action.pod} is idle; pod deleted"))
+            elif isinstance(action, rollout.Create):
+                for _ in range(action.count):
+                    pod = pools_spec.pod_name(spec)
+                    self.pods.create(namespace, pools_spec.pod_manifest(
+                        spec, name=pod, namespace=namespace, owner_uid=uid))
+                    logger.info("%s/%s: created pod %s (version %s) [%s]", namespace,
+                                spec.name, pod, spec.code_version, trigger)
+                    posted.append(st.Event(type="Normal", reason="Created",
+                                           message=f"created pod {pod} "
+                                                   f"(code version {spec.code_version})"))
+        return posted
+
+    def _write(self, body: kopf.Body, patch: kopf.Patch, previous: dict[str, Any],
+               desired: dict[str, Any], posted: list[st.Event]) -> None:
+        delta = st.status_patch(previous, desired, POOL_KEYS)
+        for key, value in delta.items():
+            patch.status[key] = value
+        events.post(body, posted)
+
+
+def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> PoolReconciler:
+    reconciler = PoolReconciler(runtime)
+    group, version, plural = RESOURCE
+    interval = pool_interval()
+
+    def on_change(body: kopf.Body, patch: kopf.Patch, reason: str, **_: Any) -> None:
+        try:
+            reconciler.reconcile(body=body, patch=patch, trigger=str(reason))
+        except kopf.TemporaryError:
+            raise
+        except Exception:
+            runtime.failed(KIND)
+            raise
+
+    def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        try:
+            reconciler.reconcile(body=body, patch=patch, trigger="timer")
+        except kopf.TemporaryError as exc:
+            logger.warning("pool %s/%s not reconciled: %s",
+                           body.get("metadata", {}).get("namespace"),
+                           body.get("metadata", {}).get("name"), exc)
+        except Exception:
+            runtime.failed(KIND)
+            logger.exception("pool %s/%s: reconciliation failed",
+                             body.get("metadata", {}).get("namespace"),
+                             body.get("metadata", {}).get("name"))
+
+    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        decorator(group, version, plural, registry=registry, id="pods",
+                  backoff=2)(on_change)
+    kopf.timer(group, version, plural, registry=registry, id="pool",
+               interval=interval, initial_delay=interval)(on_timer)
+    return reconciler

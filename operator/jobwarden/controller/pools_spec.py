@@ -1,0 +1,262 @@
+"""``WorkerPool`` spec -> the worker pod template and its version: pure.
+
+Why the operator renders the pod itself instead of creating a Deployment: it
+must drain a host through the host registry *before* the pod goes, and a
+Deployment deletes first. So the pod template is rendered here, once per spec,
+and everything that makes two pods different versions of the worker goes into
+one hash (:attr:`PoolSpec.template_hash`): the rendered template with every
+operator-added field, plus ``codeVersion``. ``replicas`` and ``rollout`` are not
+part of it (scaling is not a new version).
+
+Every pod of a template gets the same manifest except its name, so nothing
+pod-specific is rendered: the host name comes from the downward API
+(``metadata.name``), which is also why a restarted operator can tell which
+template a pod runs from the pod alone (its ``jobwarden.io/template-hash``
+label).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+import secrets
+import string
+from collections.abc import Mapping
+from typing import Any
+
+from jobwarden.controller.specs import SpecError
+
+API_VERSION = "jobwarden.io/v1alpha1"
+KIND = "WorkerPool"
+
+POOL_LABEL = "jobwarden.io/pool"
+HASH_LABEL = "jobwarden.io/template-hash"
+CODE_VERSION_ANNOTATION = "jobwarden.io/code-version"
+#: When the operator decided to drain this pod's host (epoch seconds, the operator's clock).
+DRAIN_STARTED_ANNOTATION = "jobwarden.io/drain-started-at"
+DRAIN_REASON_ANNOTATION = "jobwarden.io/drain-reason"
+
+#: Labels every worker pod carries (docs/kubernetes.md; the chart selects on them).
+COMMON_LABELS = {
+    "app.kubernetes.io/part-of": "jobwarden",
+    "app.kubernetes.io/component": "worker",
+    "app.kubernetes.io/name": "jobwarden",
+}
+WORKER_CONTAINER = "worker"
+DSN_VOLUME = "jobwarden-dsn"
+DSN_MOUNT = "/var/run/secrets/jobwarden/dsn"
+TMP_VOLUME = "tmp"
+#: Seconds between the end of the worker's shutdown grace and SIGKILL: time to
+#: record outcomes, deregister and exit.
+EXIT_MARGIN_SECONDS = 10
+#: Environment the operator owns: a pool's ``env`` cannot override these (the host
+#: name, the pool and the DSN file are what the drain-first rollout relies on).
+OWNED_ENV = frozenset({"JOBWARDEN_HOST", "POD_NAME", "POD_NAMESPACE", "JOBWARDEN_POOL",
+                       "JOBWARDEN_DSN_FILE", "JOBWARDEN_CODE_VERSION", "JOBWARDEN_DSN"})
+
+#: Every path under ``spec`` this module reads (tests check the CRD declares them).
+POOL_FIELDS = ("image", "imagePullPolicy", "command", "template", "replicas", "queues",
+               "concurrency", "hostCap", "isolation", "apps", "dsnSecretRef",
+               "dsnSecretRef.name", "dsnSecretRef.key", "drainTimeoutSeconds", "rollout",
+               "rollout.maxSurge", "rollout.maxUnavailable", "codeVersion", "env",
+               "resources", "httpPort")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PoolSpec:
+    name: str
+    replicas: int
+    queues: tuple[str, ...]
+    drain_timeout: int
+    max_surge: int
+    max_unavailable: int
+    http_port: int
+    code_version: str
+    #: Hash of everything that makes a pod of this spec a different worker version.
+    template_hash: str
+    #: The pod manifest without ``metadata.name`` / ownerReferences (see :func:`pod_manifest`).
+    template: dict[str, Any]
+
+    @property
+    def selector(self) -> str:
+        return f"{POOL_LABEL}={self.name}"
+
+
+def _int(spec: Mapping[str, Any], field: str, default: int, *, minimum: int = 0) -> int:
+    value = spec.get(field, default)
+    if value is None:
+        value = default
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(field, f"must be an integer >= {minimum}, not {value!r}")
+    return value
+
+
+def _strings(spec: Mapping[str, Any], field: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    value = spec.get(field)
+    if value is None:
+        return default
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise SpecError(field, "must be a list of non-empty strings")
+    return tuple(value)
+
+
+def image_tag(image: str) -> str | None:
+    """``repo/app:1.4`` -> ``1.4``; a digest -> ``sha256:<12 hex>``; no tag -> None."""
+    if "@" in image:
+        digest = image.rsplit("@", 1)[1]
+        return digest[:19]
+    last = image.rsplit("/", 1)[-1]
+    if ":" in last:
+        tag = last.rsplit(":", 1)[1]
+        return tag if tag and tag != "latest" else None
+    return None
+
+
+def template_hash(template: Mapping[str, Any], code_version: str) -> str:
+    canonical = json.dumps({"template": template, "codeVersion": code_version},
+                           sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:10]
+
+
+def _env(name: str, value: str) -> dict[str, Any]:
+    return {"name": name, "value": value}
+
+
+def _field_env(name: str, path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
+
+
+def parse_pool(name: str, spec: Mapping[str, Any] | None) -> PoolSpec:
+    """Parse and render; raises :class:`SpecError` naming the field at fault."""
+    spec = dict(spec or {})
+    replicas = _int(spec, "replicas", 1)
+    concurrency = _int(spec, "concurrency", 10, minimum=1)
+    host_cap = _int(spec, "hostCap", 0)
+    drain = _int(spec, "drainTimeoutSeconds", 600)
+    http_port = _int(spec, "httpPort", 8080, minimum=1)
+    rollout = spec.get("rollout") or {}
+    if not isinstance(rollout, Mapping):
+        raise SpecError("rollout", "must be an object")
+    max_surge = _int(rollout, "maxSurge", 1)
+    max_unavailable = _int(rollout, "maxUnavailable", 0)
+    if max_surge == 0 and max_unavailable == 0:
+        raise SpecError("rollout", "maxSurge and maxUnavailable cannot both be 0")
+    queues = _strings(spec, "queues", ("default",))
+    apps = _strings(spec, "apps", ())
+    isolation = spec.get("isolation") or "thread"
+    if isolation not in ("thread", "process"):
+        raise SpecError("isolation", f"must be thread or process, not {isolation!r}")
+    secret = spec.get("dsnSecretRef")
+    if not isinstance(secret, Mapping) or not secret.get("name"):
+        raise SpecError("dsnSecretRef.name", "the Secret holding the DSN is required")
+    secret_key = str(secret.get("key") or "dsn")
+
+    raw_template = spec.get("template")
+    if raw_template is not None and not isinstance(raw_template, Mapping):
+        raise SpecError("template", "must be a pod template object")
+    template: dict[str, Any] = copy.deepcopy(dict(raw_template or {}))
+    meta = template.setdefault("metadata", {})
+    pod = template.setdefault("spec", {})
+    containers = pod.setdefault("containers", [])
+    if not isinstance(containers, list):
+        raise SpecError("template", "spec.containers must be a list")
+    worker = next((c for c in containers if isinstance(c, dict)
+                   and c.get("name") == WORKER_CONTAINER), None)
+    if worker is None:
+        worker = containers[0] if containers and isinstance(containers[0], dict) else None
+    if worker is None:
+        worker = {"name": WORKER_CONTAINER}
+        containers.insert(0, worker)
+    if spec.get("image"):
+        worker["image"] = str(spec["image"])
+    if not worker.get("image"):
+        raise SpecError("image", "set spec.image or the worker container's image in template")
+    if spec.get("imagePullPolicy"):
+        worker["imagePullPolicy"] = spec["imagePullPolicy"]
+    if spec.get("command"):
+        worker["command"] = list(spec["command"])
+    elif not worker.get("command"):
+        worker["command"] = ["jobwarden", "worker"]
+    if spec.get("resources"):
+        worker["resources"] = copy.deepcopy(spec["resources"])
+
+    user_env = [dict(e) for e in (spec.get("env") or []) if isinstance(e, Mapping)]
+    user_env += [dict(e) for e in (worker.get("env") or []) if isinstance(e, Mapping)]
+    for entry in user_env:
+        if entry.get("name") in OWNED_ENV:
+            raise SpecError("env", f"{entry.get('name')} is set by the operator")
+    env = [
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        _field_env("JOBWARDEN_HOST", "metadata.name"),
+        _env("JOBWARDEN_POOL", name),
+        _env("JOBWARDEN_DSN_FILE", f"{DSN_MOUNT}/{secret_key}"),
+        _env("JOBWARDEN_QUEUES", ",".join(queues)),
+        _env("JOBWARDEN_CONCURRENCY", str(concurrency)),
+        _env("JOBWARDEN_HOST_CAP", str(host_cap)),
+        _env("JOBWARDEN_ISOLATION", isolation),
+        _env("JOBWARDEN_HTTP_PORT", str(http_port)),
+        _env("JOBWARDEN_SHUTDOWN_GRACE", str(drain)),
+    ]
+    if apps:
+        env.append(_env("JOBWARDEN_APPS", ",".join(apps)))
+    defined = {e["name"] for e in user_env}
+    worker["env"] = [e for e in env if e["name"] not in defined] + user_env
+
+    mounts = [m for m in worker.get("volumeMounts") or [] if m.get("name") != DSN_VOLUME]
+    mounts.append({"name": DSN_VOLUME, "mountPath": DSN_MOUNT, "readOnly": True})
+    volumes = [v for v in pod.get("volumes") or [] if v.get("name") != DSN_VOLUME]
+    volumes.append({"name": DSN_VOLUME, "secret": {
+        "secretName": str(secret["name"]), "items": [{"key": secret_key, "path": secret_key}]}})
+    if not any(m.get("mountPath") == "/tmp" for m in mounts):
+        mounts.append({"name": TMP_VOLUME, "mountPath": "/tmp"})
+        volumes.append({"name": TMP_VOLUME, "emptyDir": {}})
+    worker["volumeMounts"] = mounts
+    pod["volumes"] = volumes
+
+    ports = [p for p in worker.get("ports") or [] if p.get("name") != "http"]
+    worker["ports"] = [{"name": "http", "containerPort": http_port, "protocol": "TCP"}, *ports]
+    worker.setdefault("readinessProbe", {"httpGet": {"path": "/readyz", "port": "http"},
+                                         "periodSeconds": 5, "failureThreshold": 2})
+    worker.setdefault("livenessProbe", {"httpGet": {"path": "/healthz", "port": "http"},
+                                        "initialDelaySeconds": 10, "periodSeconds": 10,
+                                        "failureThreshold": 6})
+    worker.setdefault("securityContext", {
+        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]}})
+    pod.setdefault("securityContext", {"runAsNonRoot": True, "runAsUser": 10001,
+                                       "runAsGroup": 10001, "fsGroup": 10001})
+    pod["terminationGracePeriodSeconds"] = drain + EXIT_MARGIN_SECONDS
+    pod.setdefault("restartPolicy", "Always")
+
+    explicit_version = str(spec.get("codeVersion") or "")
+    digest = template_hash(template, explicit_version)
+    code_version = explicit_version or image_tag(str(worker["image"])) or digest
+    worker["env"].insert(0, _env("JOBWARDEN_CODE_VERSION", code_version))
+    meta["labels"] = {**dict(meta.get("labels") or {}), **COMMON_LABELS,
+                      POOL_LABEL: name, HASH_LABEL: digest}
+    meta["annotations"] = {**dict(meta.get("annotations") or {}),
+                           CODE_VERSION_ANNOTATION: code_version}
+    return PoolSpec(name=name, replicas=replicas, queues=queues, drain_timeout=drain,
+                    max_surge=max_surge, max_unavailable=max_unavailable, http_port=http_port,
+                    code_version=code_version, template_hash=digest, template=template)
+
+
+_ALPHABET = string.ascii_lowercase + string.digits
+
+
+def pod_name(pool: PoolSpec) -> str:
+    """``<pool>-<hash[:5]>-<random>``: the host name; the hash part shows the version."""
+    suffix = "".join(secrets.choice(_ALPHABET) for _ in range(5))
+    return f"{pool.name[:50]}-{pool.template_hash[:5]}-{suffix}"
+
+
+def pod_manifest(pool: PoolSpec, *, name: str, namespace: str, owner_uid: str) -> dict[str, Any]:
+    template = copy.deepcopy(pool.template)
+    meta = template["metadata"]
+    meta.update(name=name, namespace=namespace, ownerReferences=[{
+        "apiVersion": API_VERSION, "kind": KIND, "name": pool.name, "uid": owner_uid,
+        "controller": True, "blockOwnerDeletion": True}])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": template["spec"]}
