@@ -78,10 +78,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--dsn", help="PostgreSQL DSN (default: $JOBWARDEN_DSN or "
                         "the file named by $JOBWARDEN_DSN_FILE)")
     parser.add_argument("--schema", help="schema name (default: $JOBWARDEN_SCHEMA or jobwarden)")
-    parser.add_argument("--log-level", default=os.environ.get("JOBWARDEN_LOG_LEVEL", "INFO"),
+    parser.add_argument("--log-level", type=str.upper,
+                        default=os.environ.get("JOBWARDEN_LOG_LEVEL", "INFO").upper(),
                         choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="default $JOBWARDEN_LOG_LEVEL or INFO")
-    parser.add_argument("--log-format", default=os.environ.get("JOBWARDEN_LOG_FORMAT", "text"),
+    parser.add_argument("--log-format", type=str.lower,
+                        default=os.environ.get("JOBWARDEN_LOG_FORMAT", "text").lower(),
                         choices=["text", "json"], help="default $JOBWARDEN_LOG_FORMAT or text")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
