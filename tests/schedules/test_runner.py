@@ -47,6 +47,14 @@ def finish_all(db: Database) -> None:
                            for c in claimed])
 
 
+def lease_options(db: Database, job_id: int) -> tuple[str | None, float | None]:
+    with db.connection() as conn:
+        row = conn.execute("SELECT on_busy, lease_ttl_seconds FROM jobwarden.jobs WHERE id = %s",
+                           (job_id,)).fetchone()
+    assert row is not None
+    return row[0], row[1]
+
+
 # -- one job per slot ------------------------------------------------------------------
 
 
@@ -195,6 +203,7 @@ def test_forbid_skips_and_counts_slots_while_the_previous_run_is_pending_or_runn
     assert client.schedules.enqueue_due(now=at(12, 1, 1)).enqueued == 1
     [first] = client.jobs()
     assert first.lease_name == "schedule:forbid"
+    assert lease_options(db, first.id) == ("skip", None)  # a busy lease drops the run
 
     assert fates(client.schedules.enqueue_due(now=at(12, 2, 1))) == (1, 0, 0, 1, 0)  # pending
     claimed = db.jobs.claim(host="test", limit=1, grace_seconds=60)
@@ -232,6 +241,7 @@ def test_replace_cancels_a_pending_run_and_asks_a_running_one_to_stop(
     second = next(j for j in client.jobs() if j.id != first.id)
     assert second.unique_key == "replace:2030-01-07T12:02:00Z"
     assert second.lease_name == "schedule:replace"
+    assert lease_options(db, second.id) == ("defer", None)  # waits for the old run to stop
 
     [claim] = db.jobs.claim(host="test", limit=1, grace_seconds=60)
     assert claim.id == second.id

@@ -256,6 +256,9 @@ def job_spec(*, name: str, slot: dt.datetime, job_class: str, data: Any, queue: 
         idempotent=base.idempotent if idempotent is None else idempotent,
         unique_key=slot_key(name, slot),
         lease_name=schedule_lease(name) if overlap in ("Forbid", "Replace") else None,
+        # Forbid: a run that finds the previous one still holding the lease is dropped
+        # (never queued behind it); Replace: the new run waits until the old one stopped.
+        on_busy={"Forbid": "skip", "Replace": "defer"}.get(overlap),
         schedule_name=name,
     )
 
