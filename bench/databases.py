@@ -29,6 +29,7 @@ def server_facts(dsn: str) -> dict[str, str]:
             "synchronous_commit",
             "wal_sync_method",
             "shared_buffers",
+            "autovacuum",
         ):
             row = conn.execute(sql.SQL("SHOW {}").format(sql.Identifier(setting))).fetchone()
             facts[setting] = str(row[0]) if row else "?"
