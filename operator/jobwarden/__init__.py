@@ -20,6 +20,8 @@ from jobwarden.errors import (
     UnknownJob,
 )
 from jobwarden.leases import Lease, LeaseBusy, LeaseEvent, LeaseLost, literal
+from jobwarden.schedules.errors import ScheduleError
+from jobwarden.schedules.registry import schedule
 from jobwarden.structs.states import JobStatus
 
 __all__ = [
@@ -39,8 +41,10 @@ __all__ = [
     "LeaseBusy",
     "LeaseEvent",
     "LeaseLost",
+    "ScheduleError",
     "SchemaMissing",
     "UnknownJob",
     "job",
     "literal",
+    "schedule",
 ]

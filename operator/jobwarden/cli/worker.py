@@ -57,6 +57,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--failure-hook", default=os.environ.get("JOBWARDEN_FAILURE_HOOK"),
                         help="module:function called for every failed attempt")
     parser.add_argument("--result-max-bytes", type=int, default=65536)
+    parser.add_argument("--schedule-check-seconds", type=float,
+                        default=_env_float("JOBWARDEN_SCHEDULE_CHECK_SECONDS", 15.0),
+                        help="run due schedules at most this often (0 = off)")
     parser.set_defaults(handler=cmd_worker)
 
 
@@ -73,6 +76,7 @@ def worker_settings(args: argparse.Namespace) -> settings.WorkerSettings:
         heartbeat_interval=args.heartbeat_interval, heartbeat_grace=args.heartbeat_grace,
         reap_interval=args.reap_interval, shutdown_grace=args.shutdown_grace, apps=apps,
         failure_hook=args.failure_hook, result_max_bytes=args.result_max_bytes,
+        schedule_check_seconds=args.schedule_check_seconds,
     )
 
 
