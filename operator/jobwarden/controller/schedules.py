@@ -28,7 +28,7 @@ from typing import Any
 import kopf
 
 from jobwarden import errors
-from jobwarden.controller import events, specs
+from jobwarden.controller import events, handlers, specs
 from jobwarden.controller import status as st
 from jobwarden.controller.runtime import Runtime
 from jobwarden.schedules.store import Schedules
@@ -152,43 +152,5 @@ class ScheduleReconciler:
 
 def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> ScheduleReconciler:
     reconciler = ScheduleReconciler(runtime)
-    group, version, plural = RESOURCE
-
-    def on_change(body: kopf.Body, patch: kopf.Patch, reason: str, **_: Any) -> None:
-        try:
-            reconciler.reconcile(body=body, patch=patch, trigger=str(reason))
-        except kopf.TemporaryError:
-            raise
-        except Exception:
-            runtime.failed(KIND)
-            raise
-
-    def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        try:
-            reconciler.reconcile(body=body, patch=patch, trigger="timer")
-        except kopf.TemporaryError as exc:
-            logger.warning("status of %s/%s not refreshed: %s",
-                           body.get("metadata", {}).get("namespace"),
-                           body.get("metadata", {}).get("name"), exc)
-        except Exception:
-            runtime.failed(KIND)
-            raise
-
-    def on_delete(body: kopf.Body, **_: Any) -> None:
-        try:
-            reconciler.delete(body=body)
-        except kopf.TemporaryError:
-            raise
-        except Exception:
-            runtime.failed(KIND)
-            raise
-
-    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
-        decorator(group, version, plural, registry=registry, id="reconcile",
-                  backoff=5)(on_change)
-    kopf.on.delete(group, version, plural, registry=registry, id="cleanup",
-                   backoff=5)(on_delete)
-    kopf.timer(group, version, plural, registry=registry, id="mirror",
-               interval=runtime.config.status_interval,
-               initial_delay=runtime.config.status_interval)(on_timer)
+    handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler)
     return reconciler
