@@ -21,8 +21,13 @@ import time
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from tests.leases.contender import AUDIT_DDL, NAME
+
+#: Runs in scripts/test's serial phase: its cycle count is a throughput bound that
+#: other tests' load on two cores would make meaningless.
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 REPO = Path(__file__).resolve().parents[2]
 PROCESSES = 5

@@ -457,6 +457,10 @@ class Worker:
         return job_class.backoff(attempt.claim.attempt)
 
     def reap(self) -> int:
+        # Refresh this process's own claims first: after an outage longer than the
+        # grace (database down, process paused) they look stale, but they are alive
+        # here, and reaping them would run their jobs twice.
+        self._heartbeat_all()
         reaped = self.db.jobs.reap()
         for job in reaped:
             outcome = {JobStatus.PENDING: "retried", JobStatus.INTERRUPTED: "interrupted"}.get(
