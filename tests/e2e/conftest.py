@@ -36,7 +36,7 @@ SECRET = "jobwarden-dsn"
 WORKER_ENV = {
     "JOBWARDEN_POLL_INTERVAL": "0.1",
     "JOBWARDEN_HEARTBEAT_INTERVAL": "0.3",
-    "JOBWARDEN_HEARTBEAT_GRACE": "4",
+    "JOBWARDEN_HEARTBEAT_GRACE": "8",
     "JOBWARDEN_REAP_INTERVAL": "0.5",
 }
 OPERATOR_ENV = {"JOBWARDEN_POOL_INTERVAL": "0.5", "JOBWARDEN_STATUS_INTERVAL": "0.5"}
@@ -119,7 +119,7 @@ class Cluster:
         status = self.pool(pool).get("status") or {}
         progressing = next((c for c in status.get("conditions") or []
                             if c.get("type") == "Progressing"), {})
-        pods = self.pods(pool)
+        pods = self.pods(pool, alive=False)  # terminating pods too: settled = gone
         return (progressing.get("reason") == "Complete"
                 and status.get("readyReplicas") == replicas
                 and status.get("updatedReplicas") == replicas
