@@ -194,3 +194,23 @@ def test_an_operator_restarted_in_the_middle_of_a_rollout_completes_it(cluster: 
     assert_drained_before_deleted(cluster, old)
     assert_no_loss(cluster, load)
     assert "RolloutComplete" in event_reasons(cluster)
+
+
+def test_a_drain_that_times_out_deletes_the_pod_and_counts_the_jobs_left_to_the_reaper(
+        cluster: Cluster):
+    (old,) = start_pool(cluster, replicas=1, drain=3)
+    stuck = cluster.client.enqueue("tests.support.testjobs:SleepyOnce", {"seconds": 60}).id
+    cluster.wait(lambda: cluster.client.job(stuck).status is JobStatus.PROCESSING, timeout=60,
+                 what="the long job running")
+    cluster.patch_pool("workers", {"image": "example/jobs:2"})
+    cluster.wait(lambda: cluster.settled(replicas=1, version="2"), timeout=120,
+                 what="the rollout to complete")
+    record = cluster.kubelet.deletion(old)
+    assert record is not None and record.observed["running"] == 1
+    assert pools_spec.DRAIN_STARTED_ANNOTATION in record.annotations
+    warnings = [e for e in cluster.api.events(NAMESPACE, involved="workers")
+                if e["reason"] == "DrainTimeout"]
+    assert warnings and "1 job(s)" in warnings[0]["message"]
+    assert cluster.operator.metric("jobwarden_rollout_reaped_jobs_total", pool="workers") == 1
+    cluster.wait(lambda: cluster.client.job(stuck).status is JobStatus.INTERRUPTED, timeout=60,
+                 what="the reaper to interrupt the job left behind")
