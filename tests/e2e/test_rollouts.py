@@ -27,7 +27,7 @@ from tests.e2e.conftest import NAMESPACE, Cluster, Load
 pytestmark = pytest.mark.slow
 
 #: Longest pause between two job completions allowed while the pool changes.
-MAX_GAP_SECONDS = 8.0
+MAX_GAP_SECONDS = 10.0
 
 
 def pod_names(cluster: Cluster) -> set[str]:
