@@ -1,0 +1,99 @@
+"""One reconciler pass against fake pods and a fake host registry: the order of effects."""
+
+from __future__ import annotations
+
+import datetime as dt
+import types
+from typing import Any
+
+import kopf
+import pytest
+
+from jobwarden.controller import events, pools, pools_spec
+from jobwarden.structs.hosts import HostStatus
+
+T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+SPEC: dict[str, Any] = {"image": "example/app:2", "replicas": 1,
+                        "dsnSecretRef": {"name": "db"}, "drainTimeoutSeconds": 30}
+
+
+class FakePods:
+    def __init__(self, pods: list[dict[str, Any]], log: list[tuple[str, str]]) -> None:
+        self.items, self.log = pods, log
+
+    def list(self, namespace: str, pool: str, owner_uid: str) -> list[dict[str, Any]]:
+        return self.items
+
+    def create(self, namespace: str, manifest: dict[str, Any]) -> None:
+        self.log.append(("create", manifest["metadata"]["name"]))
+
+    def delete(self, namespace: str, name: str, *, grace: int | None = None) -> None:
+        self.log.append(("delete", name))
+
+    def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
+        assert pools_spec.DRAIN_STARTED_ANNOTATION in annotations
+        self.log.append(("annotate", name))
+
+
+def host(name: str, *, running: int = 0, draining: bool = False) -> HostStatus:
+    return HostStatus(name=name, pool="p", code_version="1", cap=None, running=running,
+                      draining=draining, drain_reason=None, drain_started_at=None,
+                      drain_expires_at=None, drain_idle_at=None, started_at=T0,
+                      last_seen_at=T0, seen_seconds_ago=0.0, processes=1,
+                      stopping_processes=0, slots=4)
+
+
+def ready_pod(name: str, template_hash: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "labels": {pools_spec.HASH_LABEL: template_hash},
+                         "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "status": {"phase": "Running",
+                       "conditions": [{"type": "Ready", "status": "True"}]}}
+
+
+@pytest.fixture
+def posted(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    found: list[Any] = []
+    monkeypatch.setattr(events, "post", lambda body, items: found.extend(items))
+    return found
+
+
+def reconciler(pods: list[dict[str, Any]], hosts: list[HostStatus],
+               log: list[tuple[str, str]]) -> pools.PoolReconciler:
+    registry = types.SimpleNamespace(
+        status=lambda pool: hosts,
+        running=lambda names: {h.name: h.running for h in hosts},
+        drain=lambda host, expires_in, reason: log.append(("drain", host)) or [host])
+    runtime: Any = types.SimpleNamespace(
+        client=types.SimpleNamespace(hosts=registry),
+        health=types.SimpleNamespace(database=lambda ok: None),
+        reconciled=lambda kind, result: None, failed=lambda kind: None)
+    return pools.PoolReconciler(runtime, FakePods(pods, log))  # type: ignore[arg-type]
+
+
+def body(spec: dict[str, Any]) -> Any:
+    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u", "generation": 2},
+            "spec": spec, "status": {}}
+
+
+def test_a_rollout_pass_annotates_the_old_pod_before_it_drains_the_host(posted: list[Any]):
+    current = pools_spec.parse_pool("p", SPEC).template_hash
+    log: list[tuple[str, str]] = []
+    pods = [ready_pod("old", "oldhash"), ready_pod("new", current)]
+    patch = kopf.Patch()
+    reconciler(pods, [host("old", running=1), host("new")], log).reconcile(
+        body=body(SPEC), patch=patch, trigger="test")
+    assert log[:2] == [("annotate", "old"), ("drain", "old")]
+    assert patch["status"]["drainingHosts"] == ["old"]
+    assert patch["status"]["codeVersion"] == "2"
+    assert {e.reason for e in posted} >= {"Draining", "RolloutStarted"}
+
+
+def test_an_invalid_spec_changes_nothing_and_says_why(posted: list[Any]):
+    log: list[tuple[str, str]] = []
+    patch = kopf.Patch()
+    result = reconciler([ready_pod("a", "x")], [], log).reconcile(
+        body=body({**SPEC, "dsnSecretRef": None}), patch=patch, trigger="test")
+    assert result == "invalid" and log == []
+    (progressing,) = patch["status"]["conditions"]
+    assert progressing["reason"] == "InvalidSpec" and "dsnSecretRef" in progressing["message"]
+    assert [e.reason for e in posted] == ["InvalidSpec"]
