@@ -260,6 +260,9 @@ class Worker:
                 self.capacity.wait_in_flight_below(target, 0.5)
                 continue
             free = min(target - in_flight, self.capacity.free)
+            # Cleared before the claim, not after: a NOTIFY that arrives while the
+            # claim is in flight must still wake the wait below.
+            self._wake.clear()
             try:
                 limit = self.claim_gate(free)
                 claimed = self.db.jobs.claim(
@@ -278,7 +281,6 @@ class Worker:
                 self._accept(claim)
             if claimed and len(claimed) >= limit:
                 continue  # probably more due: claim again as soon as slots free up
-            self._wake.clear()
             self._wake.wait(self.settings.poll_interval)
 
     def _prefetch(self) -> int:
