@@ -36,7 +36,8 @@ def test_dev_runs_example_jobs_against_a_given_database(dsn: str, tmp_path: Path
     assert counts.get("completed", 0) > 20
     assert hosts is not None and hosts[0] >= 1
     # Two worker processes, each with its own metrics endpoint.
-    assert out.stdout.count("http://127.0.0.1:") >= 2
+    [workers] = [line for line in out.stdout.splitlines() if line.startswith("workers:")]
+    assert "dev-1 http://127.0.0.1:" in workers and "dev-2 http://127.0.0.1:" in workers
 
 
 def test_dev_without_a_dsn_starts_embedded_postgres(tmp_path: Path) -> None:

@@ -134,6 +134,8 @@ def cmd_dev(args: argparse.Namespace) -> int:
                  "--heartbeat-grace", "10", "--shutdown-grace", "10"],
                 env=env,
             ))
+        print("workers: " + "  ".join(f"dev-{n + 1} http://127.0.0.1:{p}/metrics"
+                                      for n, p in enumerate(ports)), flush=True)
         feeder = threading.Thread(target=_feed, args=(client, args.rate, stop), daemon=True)
         feeder.start()
         started = time.monotonic()
