@@ -184,5 +184,6 @@ class ExclusiveJobReconciler:
 
 def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> ExclusiveJobReconciler:
     reconciler = ExclusiveJobReconciler(runtime)
-    handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler)
+    handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler,
+                      deleter=reconciler)
     return reconciler

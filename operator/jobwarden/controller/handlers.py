@@ -1,9 +1,11 @@
-"""The kopf wiring every reconciled kind shares: change, delete, and a status timer.
+"""The kopf wiring every reconciled kind shares: change, delete, and a periodic timer.
 
-Why one place: each kind (JobSchedule, ExclusiveJob) reconciles the same way --
-create/update/resume run the reconciler, a finalizer-backed delete handler
-cleans up, and a timer mirrors the database into status -- and each must count
-failures the same way. Only the reconciler differs.
+Why one place: each kind (JobSchedule, ExclusiveJob, WorkerPool) reconciles the
+same way -- create/update/resume run the reconciler, a finalizer-backed delete
+handler cleans up (where the kind has database rows to clean), and a timer
+reconciles again periodically (mirroring the database into status, driving
+rollouts) -- and each must count failures the same way. Only the reconciler and
+the timings differ.
 """
 
 from __future__ import annotations
@@ -21,12 +23,19 @@ logger = logging.getLogger("jobwarden.controller")
 class Reconciler(Protocol):
     def reconcile(self, *, body: kopf.Body, patch: kopf.Patch, trigger: str) -> object: ...
 
+
+class Deleter(Protocol):
     def delete(self, *, body: kopf.Body) -> None: ...
 
 
 def register(registry: kopf.OperatorRegistry, runtime: Runtime, *, kind: str,
-             resource: tuple[str, str, str], reconciler: Reconciler) -> None:
+             resource: tuple[str, str, str], reconciler: Reconciler,
+             deleter: Deleter | None = None, interval: float | None = None,
+             backoff: float = 5, change_id: str = "reconcile",
+             timer_id: str = "mirror") -> None:
+    """Wire ``reconciler`` for ``resource``; a ``deleter`` gets a finalizer-backed handler."""
     group, version, plural = resource
+    every = runtime.config.status_interval if interval is None else interval
 
     def counted(call: Any, *args: Any, **kwargs: Any) -> None:
         try:
@@ -41,21 +50,25 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime, *, kind: str,
         counted(reconciler.reconcile, body=body, patch=patch, trigger=str(reason))
 
     def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+        # The timer runs again at the next interval: log, count, never raise.
+        meta = body.get("metadata", {})
         try:
             counted(reconciler.reconcile, body=body, patch=patch, trigger="timer")
         except kopf.TemporaryError as exc:
-            meta = body.get("metadata", {})
-            logger.warning("status of %s/%s not refreshed: %s", meta.get("namespace"),
+            logger.warning("%s %s/%s not reconciled: %s", kind, meta.get("namespace"),
                            meta.get("name"), exc)
-
-    def on_delete(body: kopf.Body, **_: Any) -> None:
-        counted(reconciler.delete, body=body)
+        except Exception:
+            logger.exception("%s %s/%s: reconciliation failed", kind, meta.get("namespace"),
+                             meta.get("name"))
 
     for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
-        decorator(group, version, plural, registry=registry, id="reconcile",
-                  backoff=5)(on_change)
-    kopf.on.delete(group, version, plural, registry=registry, id="cleanup",
-                   backoff=5)(on_delete)
-    kopf.timer(group, version, plural, registry=registry, id="mirror",
-               interval=runtime.config.status_interval,
-               initial_delay=runtime.config.status_interval)(on_timer)
+        decorator(group, version, plural, registry=registry, id=change_id,
+                  backoff=backoff)(on_change)
+    if deleter is not None:
+        def on_delete(body: kopf.Body, **_: Any) -> None:
+            counted(deleter.delete, body=body)
+
+        kopf.on.delete(group, version, plural, registry=registry, id="cleanup",
+                       backoff=backoff)(on_delete)
+    kopf.timer(group, version, plural, registry=registry, id=timer_id,
+               interval=every, initial_delay=every)(on_timer)

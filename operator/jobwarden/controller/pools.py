@@ -33,7 +33,7 @@ from typing import Any
 import kopf
 
 from jobwarden import errors, metrics
-from jobwarden.controller import events, pools_spec, rollout
+from jobwarden.controller import events, handlers, pools_spec, rollout
 from jobwarden.controller import status as st
 from jobwarden.controller.runtime import Runtime
 from jobwarden.controller.specs import SpecError
@@ -298,34 +298,8 @@ class PoolReconciler:
 
 def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> PoolReconciler:
     reconciler = PoolReconciler(runtime)
-    group, version, plural = RESOURCE
-    interval = pool_interval()
-
-    def on_change(body: kopf.Body, patch: kopf.Patch, reason: str, **_: Any) -> None:
-        try:
-            reconciler.reconcile(body=body, patch=patch, trigger=str(reason))
-        except kopf.TemporaryError:
-            raise
-        except Exception:
-            runtime.failed(KIND)
-            raise
-
-    def on_timer(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-        try:
-            reconciler.reconcile(body=body, patch=patch, trigger="timer")
-        except kopf.TemporaryError as exc:
-            logger.warning("pool %s/%s not reconciled: %s",
-                           body.get("metadata", {}).get("namespace"),
-                           body.get("metadata", {}).get("name"), exc)
-        except Exception:
-            runtime.failed(KIND)
-            logger.exception("pool %s/%s: reconciliation failed",
-                             body.get("metadata", {}).get("namespace"),
-                             body.get("metadata", {}).get("name"))
-
-    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
-        decorator(group, version, plural, registry=registry, id="pods",
-                  backoff=2)(on_change)
-    kopf.timer(group, version, plural, registry=registry, id="pool",
-               interval=interval, initial_delay=interval)(on_timer)
+    # No delete handler: the pods are owned by the pool and garbage-collected, and
+    # each worker drains itself on SIGTERM (scale to 0 first for a drain-first removal).
+    handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler,
+                      interval=pool_interval(), backoff=2, change_id="pods", timer_id="pool")
     return reconciler

@@ -152,5 +152,6 @@ class ScheduleReconciler:
 
 def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> ScheduleReconciler:
     reconciler = ScheduleReconciler(runtime)
-    handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler)
+    handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler,
+                      deleter=reconciler)
     return reconciler
