@@ -31,3 +31,12 @@ def test_the_printed_migration_script_is_a_single_transaction() -> None:
     assert script.splitlines()[1] == "BEGIN;"
     assert script.rstrip().endswith("COMMIT;")
     assert 'CREATE TABLE "jobwarden".jobs' in script
+
+
+@pytest.mark.parametrize("schema", ["bad;name", "x'y", "1abc", "", "a" * 64])
+def test_a_schema_name_that_is_not_a_plain_identifier_is_refused(schema: str) -> None:
+    from jobwarden import errors
+    from jobwarden.db.database import Database
+
+    with pytest.raises(errors.ConfigurationError, match="invalid schema name"):
+        Database("postgresql://nowhere.invalid/x", schema=schema)

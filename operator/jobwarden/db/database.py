@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import re
 from collections.abc import Iterator, Mapping
 from typing import Any, LiteralString, cast
 
@@ -29,6 +30,8 @@ Params = Mapping[str, Any]
 Connection = psycopg.Connection[Row]
 
 DEFAULT_SCHEMA = "jobwarden"
+#: Schema names are identifiers we also embed in regclass literals: keep them plain.
+_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
 
 @contextlib.contextmanager
@@ -76,6 +79,11 @@ class Database:
         if not dsn:
             raise errors.ConfigurationError(
                 "no database DSN: pass --dsn or set JOBWARDEN_DSN"
+            )
+        if not _SCHEMA_NAME.fullmatch(schema):
+            raise errors.ConfigurationError(
+                f"invalid schema name {schema!r}: use letters, digits and underscores, "
+                "starting with a letter or underscore (at most 63 characters)"
             )
         self.dsn = dsn
         self.schema = schema

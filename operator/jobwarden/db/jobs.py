@@ -67,6 +67,8 @@ class JobsTable:
         """Insert jobs in one round trip; a unique-key duplicate returns the existing id."""
         if not specs:
             return []
+        if len(specs) == 1:
+            return [self._insert_one(specs[0], conn=conn)]
         params: dict[str, Any] = {
             "queues": [s.queue for s in specs],
             "classes": [s.job_class for s in specs],
@@ -112,6 +114,26 @@ class JobsTable:
                         )
                     results[index] = EnqueueResult(id=existing, duplicate=True)
         return [r for r in results if r is not None]
+
+    def _insert_one(self, spec: JobSpec, *, conn: Connection | None) -> EnqueueResult:
+        found = self._db.row("job_insert_one", {
+            "queue": spec.queue, "job_class": spec.job_class, "data": Jsonb(spec.data),
+            "priority": spec.priority, "run_at": spec.run_at, "delay": spec.delay_seconds,
+            "max_retries": spec.max_retries, "timeout": spec.timeout_seconds,
+            "idempotent": spec.idempotent, "unique_key": spec.unique_key,
+            "lease_name": spec.lease_name, "schedule_name": spec.schedule_name,
+            "on_busy": spec.on_busy, "lease_ttl": spec.lease_ttl_seconds,
+            "channel": self.channel,
+        }, conn=conn)
+        if found is not None:
+            return EnqueueResult(id=found[0], duplicate=False)
+        assert spec.unique_key is not None  # only a unique-key conflict inserts nothing
+        # The existing row may be newer than this statement's snapshot: look again.
+        existing = self._db.row("job_ids_by_unique_key", {"unique_keys": [spec.unique_key]},
+                                conn=conn)
+        if existing is None:
+            raise RuntimeError(f"unique key {spec.unique_key!r} conflicted but no row holds it")
+        return EnqueueResult(id=existing[1], duplicate=True)
 
     def claim(self, *, host: str, limit: int, grace_seconds: float,
               queues: Sequence[str] | None = None, host_cap: bool = False) -> list[ClaimedJob]:

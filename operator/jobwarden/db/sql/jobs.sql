@@ -8,7 +8,7 @@
 -- can be matched to its result; a unique-key conflict inserts nothing for that row
 -- (the caller then looks the existing id up). NOTIFY once per distinct queue.
 WITH input AS (
-    SELECT nextval(pg_get_serial_sequence('{schema}.jobs', 'id')) AS id, i.*
+    SELECT nextval('{schema}.jobs_id_seq'::regclass) AS id, i.*
     FROM unnest(
         %(queues)s::text[], %(classes)s::text[], %(datas)s::jsonb[], %(priorities)s::integer[],
         %(run_ats)s::timestamptz[], %(delays)s::double precision[], %(max_retries)s::integer[],
@@ -38,6 +38,25 @@ notified AS (
 SELECT input.ord, inserted.id AS inserted_id, input.unique_key, (SELECT n FROM notified) AS n
 FROM input LEFT JOIN inserted ON inserted.id = input.id
 ORDER BY input.ord;
+
+-- name: job_insert_one
+-- The common case of job_insert_many, one job, as a plain INSERT: no arrays to
+-- build and unpack, so about twice the single-enqueue rate.
+WITH inserted AS (
+    INSERT INTO {schema}.jobs (queue, job_class, data, priority, run_at, max_retries,
+                               timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
+                               on_busy, lease_ttl_seconds)
+    VALUES (%(queue)s, %(job_class)s, %(data)s, %(priority)s,
+            coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s),
+            %(max_retries)s, %(timeout)s, %(idempotent)s, %(unique_key)s, %(lease_name)s,
+            %(schedule_name)s, %(on_busy)s, %(lease_ttl)s)
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id, queue
+),
+notified AS (
+    SELECT count(pg_notify(%(channel)s, inserted.queue)) AS n FROM inserted
+)
+SELECT inserted.id, (SELECT n FROM notified) FROM inserted;
 
 -- name: job_ids_by_unique_key
 SELECT unique_key, id FROM {schema}.jobs WHERE unique_key = ANY(%(unique_keys)s::text[]);
