@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from jobwarden import errors, metrics
+from jobwarden import errors, metrics, reaper
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
 from jobwarden.schedules import runner
@@ -162,17 +162,8 @@ class Periodic:
 
 
 def reap(db: Database) -> int:
-    """Reclaim stale claims (the same counting as a worker's reaper)."""
-    reaped = db.jobs.reap()
-    for job in reaped:
-        outcome = {JobStatus.PENDING: "retried", JobStatus.INTERRUPTED: "interrupted"}.get(
-            job.status, job.status.value)
-        metrics.JOBS_REAPED.labels(job.queue, job.job_class, outcome).inc()
-        if job.status is JobStatus.INTERRUPTED:
-            metrics.JOBS_INTERRUPTED.labels(job.queue, job.job_class).inc()
-        logger.warning("reaped job %d (%s) from %s -> %s", job.id, job.job_class,
-                       job.claimed_by, job.status.value)
-    return len(reaped)
+    """Reclaim stale claims (counted like a worker's reaper)."""
+    return reaper.reap(db)
 
 
 def run_schedules(db: Database) -> None:

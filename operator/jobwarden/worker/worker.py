@@ -33,7 +33,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from jobwarden import definitions, errors, exclusive, hosts, metrics
+from jobwarden import definitions, errors, exclusive, hosts, metrics, reaper
 from jobwarden.db.database import Database
 from jobwarden.schedules import runner as schedules_runner
 from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
@@ -463,16 +463,7 @@ class Worker:
         # grace (database down, process paused) they look stale, but they are alive
         # here, and reaping them would run their jobs twice.
         self._heartbeat_all()
-        reaped = self.db.jobs.reap()
-        for job in reaped:
-            outcome = {JobStatus.PENDING: "retried", JobStatus.INTERRUPTED: "interrupted"}.get(
-                job.status, job.status.value)
-            metrics.JOBS_REAPED.labels(job.queue, job.job_class, outcome).inc()
-            if job.status is JobStatus.INTERRUPTED:
-                metrics.JOBS_INTERRUPTED.labels(job.queue, job.job_class).inc()
-            logger.warning("reaped job %d (%s) from %s -> %s", job.id, job.job_class,
-                           job.claimed_by, job.status.value)
-        return len(reaped)
+        return reaper.reap(self.db)
 
     def _recorded(self, attempt: Attempt, outcome: Outcome, status: JobStatus | None) -> None:
         claim = attempt.claim
