@@ -168,7 +168,7 @@ def test_an_idle_worker_starts_a_new_job_on_notify_not_on_its_poll(
         client: jobwarden.Client, start_worker: Callable[..., Worker]) -> None:
     worker = start_worker(poll_interval=30)
     wait_for(lambda: worker.readiness()[0], message="worker ready")
-    time.sleep(0.3)  # let the listener connect and the fetcher go idle
+    assert worker.listening.wait(10), "the worker never started listening"
     started = time.monotonic()
     job_id = client.enqueue(testjobs.Record).id
     assert _finished(client, job_id, timeout=5) is JobStatus.COMPLETED

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobwarden import errors
+from jobwarden.definitions import Job
 from jobwarden.structs.jobs import ClaimedJob
 
 
@@ -60,6 +61,8 @@ class Attempt:
         self.fenced = False
         self.cancel_requested = False
         self.outcome: Outcome | None = None
+        #: The resolved job class, once the slot has imported it (None: unknown job).
+        self.job_class: type[Job] | None = None
         self.lease_name: str | None = None
         self.lease_token: int | None = None
         self._lock = threading.Lock()

@@ -99,6 +99,8 @@ class Worker:
         self._active: dict[int, Attempt] = {}
         self._active_lock = threading.Lock()
         self._wake = threading.Event()
+        #: Set while the LISTEN connection is up (tests wait on it instead of sleeping).
+        self.listening = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._force = threading.Event()
@@ -341,6 +343,7 @@ class Worker:
             job_class = definitions.resolve(claim.job_class)
         except errors.UnknownJob as exc:
             return self._submit(attempt, execution.failure_from(exc, attempt))
+        attempt.job_class = job_class  # the recorder's backoff and hooks reuse it
         for guard in self.guards:
             early = guard(attempt, job_class)
             if early is not None:
@@ -442,9 +445,12 @@ class Worker:
         try:
             while not self.stopping:
                 try:
-                    if listener.wait(1.0):
+                    received = listener.wait(0.0 if not self.listening.is_set() else 1.0)
+                    self.listening.set()  # LISTEN is in place: NOTIFYs now wake the fetcher
+                    if received:
                         self._wake.set()
                 except errors.DatabaseUnavailable:
+                    self.listening.clear()
                     self._sleep(1.0)
         finally:
             listener.close()
@@ -452,11 +458,7 @@ class Worker:
     # -- outcomes --------------------------------------------------------------------
 
     def _backoff(self, attempt: Attempt) -> float:
-        try:
-            job_class = definitions.resolve(attempt.claim.job_class)
-        except errors.UnknownJob:
-            return definitions.Job.backoff(attempt.claim.attempt)
-        return job_class.backoff(attempt.claim.attempt)
+        return (attempt.job_class or definitions.Job).backoff(attempt.claim.attempt)
 
     def reap(self) -> int:
         # Refresh this process's own claims first: after an outage longer than the
@@ -479,7 +481,7 @@ class Worker:
             return
         if isinstance(outcome, Succeeded):
             metrics.JOBS_COMPLETED.labels(*labels).inc()
-            self._hook(claim, "on_success", outcome.result)
+            self._hook(attempt, "on_success", outcome.result)
         elif isinstance(outcome, Failed):
             final = status is not JobStatus.PENDING
             if status is JobStatus.PENDING:
@@ -492,7 +494,8 @@ class Worker:
                            claim.job_class, claim.attempt, outcome.reason,
                            "" if not final else " for good",
                            outcome.error.splitlines()[-1] if outcome.error else "")
-            self._hook(claim, "on_failure", outcome.exception or outcome.error, is_final=final)
+            self._hook(attempt, "on_failure", outcome.exception or outcome.error,
+                       is_final=final)
             if self._failure_hook is not None:
                 event = FailureEvent(job_id=claim.id, job_class=claim.job_class,
                                      queue=claim.queue, attempt=claim.attempt,
@@ -505,12 +508,9 @@ class Worker:
             metrics.JOBS_DEFERRED.labels(*labels).inc()
             metrics.JOBS_SKIPPED.labels(*labels, outcome.reason).inc()
 
-    def _hook(self, claim: ClaimedJob, name: str, *args: Any, **kwargs: Any) -> None:
-        try:
-            job_class = definitions.resolve(claim.job_class)
-        except errors.UnknownJob:
-            return
-        if not definitions.overrides(job_class, name):
+    def _hook(self, attempt: Attempt, name: str, *args: Any, **kwargs: Any) -> None:
+        claim, job_class = attempt.claim, attempt.job_class
+        if job_class is None or not definitions.overrides(job_class, name):
             return
 
         def call() -> None:
