@@ -40,3 +40,14 @@ def test_a_schema_name_that_is_not_a_plain_identifier_is_refused(schema: str) ->
 
     with pytest.raises(errors.ConfigurationError, match="invalid schema name"):
         Database("postgresql://nowhere.invalid/x", schema=schema)
+
+
+def test_a_fragment_is_included_where_named_and_is_not_a_query_itself() -> None:
+    rendered = queries.for_schema("jobwarden")
+    assert not any(name.startswith(queries.FRAGMENT) for name in rendered)
+    claims = [rendered[n] for n in ("job_claim_any", "job_claim_queues",
+                                    "job_claim_capped_any", "job_claim_capped_queues")]
+    for text in claims:
+        assert "{fragment" not in text
+        assert "claim_token = gen_random_uuid()" in text
+        assert 'UPDATE "jobwarden".jobs AS j' in text

@@ -55,7 +55,19 @@ def _raw() -> dict[str, str]:
     return queries
 
 
+#: Named queries with this prefix are pieces, not statements: other queries in any
+#: file include one as ``{fragment_name}``, so a shared clause is written once.
+FRAGMENT = "fragment_"
+
+
 @functools.cache
 def for_schema(schema: str) -> dict[str, str]:
-    """All named queries rendered for ``schema`` (cached per schema)."""
-    return {name: render(body, schema) for name, body in _raw().items()}
+    """All named queries rendered for ``schema`` (cached per schema), fragments included."""
+    raw = _raw()
+    pieces = {name: sql.SQL(_literal(render(body, schema)))
+              for name, body in raw.items() if name.startswith(FRAGMENT)}
+    return {
+        name: sql.SQL(_literal(body)).format(schema=sql.Identifier(schema), **pieces)
+        .as_string(None)
+        for name, body in raw.items() if not name.startswith(FRAGMENT)
+    }

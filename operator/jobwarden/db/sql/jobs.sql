@@ -61,6 +61,20 @@ SELECT inserted.id, (SELECT n FROM notified) FROM inserted;
 -- name: job_ids_by_unique_key
 SELECT unique_key, id FROM {schema}.jobs WHERE unique_key = ANY(%(unique_keys)s::text[]);
 
+-- name: fragment_claim_rows
+-- Shared by every claim variant: turn the rows in `picked` into processing rows
+-- with a fresh token each, count the attempt, and return what the worker needs.
+UPDATE {schema}.jobs AS j
+SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_uuid(),
+    claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
+    claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
+    updated_at = now()
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
+          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
+          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
+          j.on_busy, j.lease_ttl_seconds
+
 -- name: job_claim_queues
 -- The claim: pick due pending rows in priority order, skipping rows another claimant
 -- has locked, and turn them into processing rows with a fresh token each, all in
@@ -73,16 +87,7 @@ WITH picked AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {schema}.jobs AS j
-SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_uuid(),
-    claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
-    claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
-    updated_at = now()
-FROM picked WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
-          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
-          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
-          j.on_busy, j.lease_ttl_seconds;
+{fragment_claim_rows};
 
 -- name: job_claim_any
 -- As job_claim_queues, over every queue.
@@ -93,16 +98,7 @@ WITH picked AS (
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {schema}.jobs AS j
-SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_uuid(),
-    claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
-    claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
-    updated_at = now()
-FROM picked WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
-          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
-          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
-          j.on_busy, j.lease_ttl_seconds;
+{fragment_claim_rows};
 
 -- name: job_complete_many
 -- Batched, fenced completion. Ids missing from the result were fenced.
@@ -262,16 +258,7 @@ picked AS (
                    0)
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {schema}.jobs AS j
-SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_uuid(),
-    claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
-    claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
-    updated_at = now()
-FROM picked WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
-          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
-          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
-          j.on_busy, j.lease_ttl_seconds;
+{fragment_claim_rows};
 
 -- name: job_claim_capped_any
 -- As job_claim_capped_queues, over every queue.
@@ -288,16 +275,7 @@ picked AS (
                    0)
     FOR UPDATE SKIP LOCKED
 )
-UPDATE {schema}.jobs AS j
-SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_uuid(),
-    claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
-    claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
-    updated_at = now()
-FROM picked WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
-          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
-          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
-          j.on_busy, j.lease_ttl_seconds;
+{fragment_claim_rows};
 
 -- name: job_oldest_pending
 -- Age of the oldest due pending job per queue: how long work has been waiting.
