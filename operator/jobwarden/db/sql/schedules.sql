@@ -6,7 +6,7 @@
 -- newest completed job of the schedule (jobs_schedule_idx walks the schedule's jobs
 -- newest first and stops at the first completed one).
 
--- name: schedule_get
+-- name: fragment_schedule_record
 SELECT s.name, s.expression, s.cron, s.interval_seconds, s.timezone, s.job_class, s.data,
        s.queue, s.priority, s.timeout_seconds, s.max_retries, s.idempotent, s.catch_up,
        s.catch_up_window_seconds, s.catch_up_max, s.overlap, s.suspended, s.suspended_by,
@@ -21,43 +21,20 @@ LEFT JOIN LATERAL (
     WHERE c.schedule_name = s.name AND c.status = 'completed'
     ORDER BY c.id DESC LIMIT 1
 ) AS ok ON true
+
+-- name: schedule_get
+{fragment_schedule_record}
 WHERE s.name = %(name)s;
 
 -- name: schedule_lock
 -- As schedule_get, with the schedule row locked until the caller's transaction ends:
 -- a definition change and a runner pass on one schedule are serialised.
-SELECT s.name, s.expression, s.cron, s.interval_seconds, s.timezone, s.job_class, s.data,
-       s.queue, s.priority, s.timeout_seconds, s.max_retries, s.idempotent, s.catch_up,
-       s.catch_up_window_seconds, s.catch_up_max, s.overlap, s.suspended, s.suspended_by,
-       s.spec_suspended, s.source, s.origin, s.spec_hash, s.planned_until, s.last_slot,
-       s.last_enqueued_slot, s.next_slot, s.enqueued_count, s.skipped_count, s.missed_count,
-       s.last_job_id, j.status::text, j.finished_at,
-       greatest(s.last_success_at, ok.finished_at), s.last_error, s.created_at, s.updated_at
-FROM {schema}.schedules AS s
-LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
-LEFT JOIN LATERAL (
-    SELECT c.finished_at FROM {schema}.jobs AS c
-    WHERE c.schedule_name = s.name AND c.status = 'completed'
-    ORDER BY c.id DESC LIMIT 1
-) AS ok ON true
+{fragment_schedule_record}
 WHERE s.name = %(name)s
 FOR UPDATE OF s;
 
 -- name: schedule_list
-SELECT s.name, s.expression, s.cron, s.interval_seconds, s.timezone, s.job_class, s.data,
-       s.queue, s.priority, s.timeout_seconds, s.max_retries, s.idempotent, s.catch_up,
-       s.catch_up_window_seconds, s.catch_up_max, s.overlap, s.suspended, s.suspended_by,
-       s.spec_suspended, s.source, s.origin, s.spec_hash, s.planned_until, s.last_slot,
-       s.last_enqueued_slot, s.next_slot, s.enqueued_count, s.skipped_count, s.missed_count,
-       s.last_job_id, j.status::text, j.finished_at,
-       greatest(s.last_success_at, ok.finished_at), s.last_error, s.created_at, s.updated_at
-FROM {schema}.schedules AS s
-LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
-LEFT JOIN LATERAL (
-    SELECT c.finished_at FROM {schema}.jobs AS c
-    WHERE c.schedule_name = s.name AND c.status = 'completed'
-    ORDER BY c.id DESC LIMIT 1
-) AS ok ON true
+{fragment_schedule_record}
 ORDER BY s.name;
 
 -- name: schedule_now
