@@ -20,26 +20,7 @@ from jobwarden.schedules.store import Schedules
 from jobwarden.structs.jobs import EnqueueResult, JobRecord, JobSpec
 from jobwarden.structs.states import TERMINAL, JobStatus
 
-JobRef = type[definitions.Job] | definitions.JobFunction | str
-
-
-def _job_class(job: JobRef, *, check: bool) -> tuple[str, type[definitions.Job] | None]:
-    if isinstance(job, definitions.JobFunction):
-        return job.path(), job.job_class
-    if isinstance(job, type) and issubclass(job, definitions.Job):
-        return job.path(), job
-    if isinstance(job, str):
-        try:
-            resolved = definitions.resolve(job)
-        except errors.UnknownJob:
-            if check:
-                raise
-            definitions.resolve_path_syntax(job)
-            return job, None
-        return job, resolved
-    raise errors.UnknownJob(
-        f"cannot enqueue {job!r}: pass a Job subclass, a @job function or 'module:Name'"
-    )
+JobRef = definitions.JobRef
 
 
 def check_payload(data: Any) -> None:
@@ -102,7 +83,7 @@ class Client:
         idempotent: bool | None = None, check: bool = True,
     ) -> JobSpec:
         """Validate one enqueue request and build its row (nothing is written)."""
-        path, cls = _job_class(job, check=check)
+        path, cls = definitions.reference(job, must_import=check)
         check_payload(data)
         if run_at is not None and run_at.tzinfo is None:
             raise ValueError("run_at must be timezone-aware (e.g. datetime.now(UTC))")

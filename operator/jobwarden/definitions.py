@@ -194,6 +194,36 @@ def resolve_path_syntax(path: str) -> tuple[str, str]:
     return module_name, attr
 
 
+JobRef = type[Job] | JobFunction | str
+
+
+def reference(job: JobRef, *, must_import: bool,
+              try_import: bool = True) -> tuple[str, type[Job] | None]:
+    """The stored path of ``job`` and, when it can be imported here, its class.
+
+    A class or a ``@job`` function is its own answer. A path is checked for its
+    shape; then, with ``try_import``, imported for its class defaults -- a failure
+    raises only with ``must_import`` (the operator and the schedule store name
+    jobs whose code lives only in the workers).
+    """
+    if isinstance(job, JobFunction):
+        return job.path(), job.job_class
+    if isinstance(job, type) and issubclass(job, Job):
+        return job.path(), job
+    if isinstance(job, str):
+        resolve_path_syntax(job)
+        if try_import:
+            try:
+                return job, resolve(job)
+            except errors.UnknownJob:
+                if must_import:
+                    raise
+        return job, None
+    raise errors.UnknownJob(
+        f"a job is a Job subclass, a @job function or 'package.module:Name', not {job!r}"
+    )
+
+
 def resolve(path: str) -> type[Job]:
     """Import ``"package.module:Name"`` and return its job class.
 

@@ -77,7 +77,7 @@ _INT32 = 2**31 - 1
 #: A backfill enqueues at most this many slots unless told otherwise.
 DEFAULT_BACKFILL_MAX = 1000
 
-JobRef = type[definitions.Job] | definitions.JobFunction | str
+JobRef = definitions.JobRef
 
 
 def slot_key(name: str, slot: dt.datetime) -> str:
@@ -125,20 +125,14 @@ def _int(name: str, field: str, value: object, *, low: int, high: int = _INT32) 
 
 
 def _job_path(name: str, job: JobRef) -> tuple[str, type[definitions.Job] | None]:
-    if isinstance(job, definitions.JobFunction):
-        return job.path(), job.job_class
-    if isinstance(job, type) and issubclass(job, definitions.Job):
-        return job.path(), job
-    if isinstance(job, str):
-        try:
-            definitions.resolve_path_syntax(job)
-        except errors.UnknownJob as exc:
-            raise _fail(name, str(exc)) from None
-        if len(job) > 512:
-            raise _fail(name, "job class path is longer than 512 characters")
-        return job, None
-    raise _fail(name, f"job_class must be 'package.module:Name', a Job subclass or a @job "
-                      f"function, got {job!r}")
+    # Only the shape of a path: the schedule's job may live only in the workers.
+    try:
+        path, cls = definitions.reference(job, must_import=False, try_import=False)
+    except errors.UnknownJob as exc:
+        raise _fail(name, str(exc)) from None
+    if len(path) > 512:
+        raise _fail(name, "job class path is longer than 512 characters")
+    return path, cls
 
 
 def compute_spec_hash(fields: dict[str, Any]) -> str:
