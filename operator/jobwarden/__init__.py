@@ -19,7 +19,7 @@ from jobwarden.errors import (
     SchemaMissing,
     UnknownJob,
 )
-from jobwarden.leases import Lease, LeaseBusy, LeaseEvent, LeaseLost, literal
+from jobwarden.leases import Lease, LeaseBusy, LeaseEvent, LeaseLost, LeaseNotReleased, literal
 from jobwarden.schedules.errors import ScheduleError
 from jobwarden.schedules.registry import schedule
 from jobwarden.structs.states import JobStatus
@@ -41,6 +41,7 @@ __all__ = [
     "LeaseBusy",
     "LeaseEvent",
     "LeaseLost",
+    "LeaseNotReleased",
     "ScheduleError",
     "SchemaMissing",
     "UnknownJob",

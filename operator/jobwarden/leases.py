@@ -59,6 +59,9 @@ OnBusy = Literal["fail", "skip"]
 #: Longest single sleep of a waiter: release NOTIFYs and the holder's expiry wake
 #: it sooner; this only bounds the delay when NOTIFY is unavailable (a pooler).
 POLL_CAP_SECONDS = 1.0
+#: How long ``Lease.release`` keeps retrying a release the database did not
+#: answer before it says so (raises :class:`LeaseNotReleased`).
+RELEASE_RETRY_SECONDS = 30.0
 
 
 class LeaseBusy(errors.JobwardenError):
@@ -80,6 +83,18 @@ class LeaseLost(errors.JobwardenError):
 
     def __init__(self, name: str, token: int) -> None:
         super().__init__(f"lease {name!r} (token {token}) was taken over by another owner")
+        self.name = name
+        self.token = token
+
+
+class LeaseNotReleased(errors.DatabaseUnavailable):
+    """``Lease.release`` could not reach the database: the lease is still held there.
+
+    It lapses at its ttl unless a later ``release()`` (which retries) gets through.
+    """
+
+    def __init__(self, name: str, token: int, reason: str) -> None:
+        super().__init__(f"lease {name!r} (token {token}) was not released: {reason}")
         self.name = name
         self.token = token
 
@@ -185,6 +200,7 @@ class Lease:
         self._deadline = requested_at + acquisition.remaining_seconds
         self._on_event = on_event
         self._lock = threading.Lock()
+        self._release_lock = threading.Lock()
         self.released = False
         self.lost = False
         metrics.LEASES_HELD.labels(kind).inc()
@@ -224,20 +240,50 @@ class Lease:
         self._deadline = sent + renewal.remaining_seconds
         self.expires_at = renewal.expires_at
 
-    def release(self) -> bool:
-        """Free the lease; False (and ``lease_lost``) if another owner had taken it over."""
-        with self._lock:
+    def release(self, *, retry_seconds: float | None = None) -> bool:
+        """Free the lease; False (and ``lease_lost``) if another owner had taken it over.
+
+        Honest about the database: the lease counts as released only once a
+        release statement was seen to commit. A failed call (database away, reply
+        lost) is retried for up to ``retry_seconds`` (default
+        :data:`RELEASE_RETRY_SECONDS`); if it still fails, :class:`LeaseNotReleased`
+        is raised, the lease stays ours in the database until its ttl, and calling
+        ``release()`` again tries again. A retry that finds the row no longer ours
+        after a call whose outcome was unknown means that call did commit, as long
+        as it was sent before the lease could lapse (no one can take over a lease
+        before it lapses); otherwise the lease is reported lost.
+        """
+        budget = RELEASE_RETRY_SECONDS if retry_seconds is None else retry_seconds
+        with self._release_lock:  # one release in flight: retries never race each other
             if self.released or self.lost:
                 return not self.lost
-            self.released = True
-        ok = self._db.leases.release(name=self.name, slot=self.slot, owner=self.owner,
-                                     token=self.token)
-        if ok:
-            metrics.LEASES_HELD.labels(self.kind).dec()
-        else:
-            self.released = False
-            self._mark_lost()
-        return ok
+            give_up_at = time.monotonic() + budget
+            first_sent: float | None = None
+            delay = 0.05
+            while True:
+                sent = time.monotonic()
+                try:
+                    ok = self._db.leases.release(name=self.name, slot=self.slot,
+                                                 owner=self.owner, token=self.token)
+                except errors.DatabaseUnavailable as exc:
+                    first_sent = sent if first_sent is None else first_sent
+                    if time.monotonic() + delay >= give_up_at:
+                        logger.warning("lease %r (token %d) not released: %s", self.name,
+                                       self.token, exc)
+                        raise LeaseNotReleased(self.name, self.token, str(exc)) from exc
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                if not ok and first_sent is not None and first_sent < self._deadline:
+                    ok = True  # an earlier, unanswered call committed (see docstring)
+                break
+            if ok:
+                with self._lock:
+                    self.released = True
+                metrics.LEASES_HELD.labels(self.kind).dec()
+            else:
+                self._mark_lost()
+            return ok
 
     def _mark_lost(self) -> None:
         with self._lock:
