@@ -22,6 +22,10 @@ from tests.support import postgres, testjobs
 
 REPO = Path(__file__).resolve().parent.parent
 
+#: The emulated Kubernetes API's fixtures (kube_api, kube_api_factory, kube_crd_paths,
+#: kubectl), registered once for every tier (docs/testing-kubernetes.md).
+pytest_plugins = ["tests.support.kube.plugin"]
+
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:

@@ -24,11 +24,10 @@ import pytest
 from jobwarden.client import Client
 from jobwarden.controller import pools_spec
 from tests.e2e.kubelet import ProcessKubelet
-from tests.kube import KubeAPI
-from tests.kube.plugin import kube_api, kube_api_factory, kube_crd_paths
 from tests.operator.conftest import OperatorProcess, start_operator
+from tests.support.kube import KubeAPI
 
-__all__ = ["kube_api", "kube_api_factory", "kube_crd_paths", "start_operator"]
+__all__ = ["start_operator"]
 
 NAMESPACE = "default"
 SECRET = "jobwarden-dsn"

@@ -47,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.kube import KubeAPI
+from tests.support.kube import KubeAPI
 
 logger = logging.getLogger("tests.e2e.kubelet")
 

@@ -1,4 +1,4 @@
-"""The emulated API's own tests: the fixtures of tests/kube, plus test-only CRDs."""
+"""The emulated API's own tests: the fixtures of tests/support/kube, plus test-only CRDs."""
 
 from __future__ import annotations
 
@@ -6,9 +6,7 @@ import pathlib
 
 import pytest
 
-from tests.kube.plugin import CRD_DIR, kube_api, kube_api_factory, kubectl
-
-__all__ = ["kube_api", "kube_api_factory", "kube_crd_paths", "kubectl"]
+from tests.support.kube.plugin import CRD_DIR
 
 TEST_CRDS = pathlib.Path(__file__).parent / "crds"
 

@@ -17,7 +17,7 @@ import kubernetes.client
 import kubernetes.config
 import pytest
 
-from tests.kube import KubeAPI, Kubectl
+from tests.support.kube import KubeAPI, Kubectl
 
 WIDGET = """
 apiVersion: kube-tests.jobwarden.io/v1alpha1

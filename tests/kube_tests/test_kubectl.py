@@ -6,7 +6,7 @@ import pathlib
 
 import pytest
 
-from tests.kube import KubeAPI, Kubectl, KubectlError
+from tests.support.kube import KubeAPI, Kubectl, KubectlError
 
 WIDGET = """
 apiVersion: kube-tests.jobwarden.io/v1alpha1

@@ -12,7 +12,7 @@ import kubernetes.config
 import kubernetes.watch
 import pytest
 
-from tests.kube import KubeAPI
+from tests.support.kube import KubeAPI
 
 GROUP, VERSION = "kube-tests.jobwarden.io", "v1alpha1"
 

@@ -24,10 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.kube import KubeAPI
-from tests.kube.plugin import kube_api, kube_api_factory, kube_crd_paths, kubectl
-
-__all__ = ["kube_api", "kube_api_factory", "kube_crd_paths", "kubectl"]
+from tests.support.kube import KubeAPI
 
 REPO = Path(__file__).resolve().parents[2]
 

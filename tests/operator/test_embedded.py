@@ -10,7 +10,7 @@ import kopf
 from jobwarden.controller.app import Operator
 from jobwarden.controller.config import OperatorConfig
 from jobwarden.db.database import Database
-from tests.kube import KubeAPI
+from tests.support.kube import KubeAPI
 
 
 def test_an_embedded_operator_reconciles_and_stops_on_request(kube_api: KubeAPI,

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from typing import Any
 
 from jobwarden.client import Client
-from tests.kube import KubeAPI, Kubectl
 from tests.operator.conftest import OperatorProcess
+from tests.support.kube import KubeAPI, Kubectl
 from tests.support.waiting import wait_for
 
 EXCLUSIVE = """

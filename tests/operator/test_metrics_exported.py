@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.kube import KubeAPI
+from tests.support.kube import KubeAPI
 from tests.support.waiting import wait_for
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "jobwarden"

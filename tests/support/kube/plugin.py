@@ -1,6 +1,6 @@
-"""pytest fixtures for the emulated Kubernetes API (import them in a conftest.py).
+"""pytest fixtures for the emulated Kubernetes API, registered as a plugin by tests/conftest.py.
 
-    from tests.kube.plugin import kube_api, kube_api_factory, kube_crd_paths, kubectl  # noqa: F401
+    pytest_plugins = ["tests.support.kube.plugin"]
 
 Each test gets a fresh server (starting one takes a few milliseconds, cheaper
 than resetting shared state and safer: no watch of a previous test's operator
@@ -18,7 +18,7 @@ import pytest
 from .kubectl import Kubectl
 from .server import KubeAPI
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[3]
 CRD_DIR = REPO_ROOT / "crds"
 
 
