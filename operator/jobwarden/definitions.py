@@ -15,14 +15,13 @@ import importlib
 import inspect
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from jobwarden import errors
+from jobwarden.structs.policies import OnBusy
 
 if TYPE_CHECKING:
     from jobwarden.worker.context import AttemptContext
-
-OnBusy = Literal["defer", "skip", "fail"]
 
 
 class Job:

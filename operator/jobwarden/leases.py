@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast
 from jobwarden import errors, metrics, settings
 from jobwarden.db.leases import check_ttl
 from jobwarden.structs.leases import Acquisition
+from jobwarden.structs.policies import LockOnBusy
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Database
@@ -54,7 +55,6 @@ logger = logging.getLogger("jobwarden.leases")
 
 LeaseKind = Literal["job", "key", "schedule", "lock"]
 EventName = Literal["lease_acquired", "lease_busy", "lease_lost"]
-OnBusy = Literal["fail", "skip"]
 
 #: Longest single sleep of a waiter: release NOTIFYs and the holder's expiry wake
 #: it sooner; this only bounds the delay when NOTIFY is unavailable (a pooler).
@@ -368,7 +368,7 @@ class HasDatabase(Protocol):
 class LeaseGuard(Generic[T]):
     """What ``client.lease(...)`` returns: not yet acquired; enter, decorate or acquire it."""
 
-    def __init__(self, db: Database, name: str, *, ttl: float, wait: float, on_busy: OnBusy,
+    def __init__(self, db: Database, name: str, *, ttl: float, wait: float, on_busy: LockOnBusy,
                  owner: str | None, slots: int, key: KeyResolver | None, kind: LeaseKind,
                  host: str | None, on_event: EventCallback | None) -> None:
         if on_busy not in ("fail", "skip"):
@@ -383,7 +383,7 @@ class LeaseGuard(Generic[T]):
         self.name = name
         self.ttl = check_ttl(ttl)
         self.wait = float(wait)
-        self.on_busy: OnBusy = on_busy
+        self.on_busy: LockOnBusy = on_busy
         self.owner = owner
         self.slots = slots
         self.key = key
@@ -494,7 +494,7 @@ def lease(client: HasDatabase, name: str, *, ttl: float, wait: float = ...,
 
 
 def lease(client: HasDatabase, name: str, *, ttl: float, wait: float = 0.0,
-          on_busy: OnBusy = "fail", owner: str | None = None, slots: int = 1,
+          on_busy: LockOnBusy = "fail", owner: str | None = None, slots: int = 1,
           key: KeyResolver | None = None, kind: LeaseKind = "lock", host: str | None = None,
           on_event: EventCallback | None = None) -> LeaseGuard[Any]:
     """A cluster-wide lease named ``name`` (``Client.lease`` is this function).

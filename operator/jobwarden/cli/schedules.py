@@ -27,6 +27,7 @@ from jobwarden.cli import (
     print_table,
 )
 from jobwarden.schedules import store
+from jobwarden.structs import policies
 from jobwarden.structs.schedules import ScheduleRecord
 
 
@@ -113,7 +114,7 @@ def register(subparsers: Any) -> None:
     setter.add_argument("--catch-up", default="latest", choices=["latest", "none", "all"])
     setter.add_argument("--catch-up-window", type=int, default=3600, metavar="SECONDS")
     setter.add_argument("--catch-up-max", type=int, default=10)
-    setter.add_argument("--overlap", default="Allow", choices=list(store.OVERLAPS))
+    setter.add_argument("--overlap", default="Allow", choices=list(policies.OVERLAPS))
     setter.add_argument("--suspended", action="store_true")
     setter.add_argument("--app", action="append", default=[],
                         help="module(s) to import first, so the job class's own defaults "

@@ -18,15 +18,12 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
 from jobwarden import schedules
 from jobwarden.db.leases import lease_name
 from jobwarden.schedules import walltime
-
-Overlap = Literal["Allow", "Forbid", "Replace"]
-OnBusy = Literal["defer", "skip", "fail"]
-CatchUp = Literal["latest", "none", "all"]
+from jobwarden.structs.policies import CatchUp, OnBusy, Overlap
 
 #: Where every schedule row that came from Kubernetes says it came from.
 SOURCE_PREFIX = "kubernetes:"

@@ -32,9 +32,10 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import itertools
-from typing import Literal, get_args
+from typing import get_args
 
 from jobwarden.schedules import errors, expressions
+from jobwarden.structs.policies import CatchUp
 
 __all__ = [
     "DEFAULT_COUNT_LIMIT",
@@ -45,8 +46,6 @@ __all__ = [
     "plan_due",
     "validate_catch_up",
 ]
-
-CatchUp = Literal["latest", "none", "all"]
 
 #: The smallest catch-up window a schedule may have (DESIGN section 6).
 MIN_WINDOW_SECONDS = 60

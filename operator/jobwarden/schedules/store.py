@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 from jobwarden import definitions, errors, metrics
 from jobwarden.schedules import expressions, planning
 from jobwarden.schedules.errors import ScheduleError
+from jobwarden.structs import policies
 from jobwarden.structs.jobs import EnqueueResult, JobSpec
 from jobwarden.structs.schedules import (
     RunReport,
@@ -57,7 +58,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_BACKFILL_MAX",
-    "OVERLAPS",
     "Backfill",
     "Schedules",
     "compute_spec_hash",
@@ -66,7 +66,6 @@ __all__ = [
     "validate",
 ]
 
-OVERLAPS = ("Allow", "Forbid", "Replace")
 #: Names: what a Kubernetes name, a namespace-qualified name or a Python identifier uses.
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$")
 #: Room for ``<namespace>/<name>`` of a Kubernetes resource (63 + 1 + 253).
@@ -204,10 +203,11 @@ def validate(
         planning.validate_catch_up(catch_up=catch_up, window_seconds=window, max_catch_up=cap)
     except ScheduleError as exc:
         raise _fail(name, str(exc)) from None
-    policy = next((p for p in OVERLAPS if isinstance(overlap, str) and p.lower() ==
+    policy = next((p for p in policies.OVERLAPS if isinstance(overlap, str) and p.lower() ==
                    overlap.lower()), None)
     if policy is None:
-        raise _fail(name, f"overlap policy must be one of {', '.join(OVERLAPS)}, got {overlap!r}")
+        allowed = ", ".join(policies.OVERLAPS)
+        raise _fail(name, f"overlap policy must be one of {allowed}, got {overlap!r}")
     if not isinstance(suspended, bool):
         raise _fail(name, f"suspended must be true or false, got {suspended!r}")
     if not isinstance(source, str) or not source.strip() or len(source) > MAX_SOURCE_LENGTH:

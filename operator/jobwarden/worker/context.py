@@ -18,6 +18,7 @@ from typing import Any
 from jobwarden import errors
 from jobwarden.definitions import Job
 from jobwarden.structs.jobs import ClaimedJob
+from jobwarden.structs.policies import FailureReason, ReleaseReason
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -29,7 +30,7 @@ class Succeeded:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Failed:
     error: str
-    reason: str  # error | timeout | unknown_job | bad_data
+    reason: FailureReason
     retryable: bool = True
     exception: BaseException | None = None
 
@@ -45,7 +46,7 @@ class Released:
 
     delay_seconds: float
     deferral: bool
-    reason: str
+    reason: ReleaseReason
 
 
 Outcome = Succeeded | Failed | Cancelled | Released

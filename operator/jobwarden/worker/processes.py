@@ -18,9 +18,10 @@ import multiprocessing
 import multiprocessing.connection
 import threading
 import time
-from typing import Any
+from typing import Any, cast
 
 from jobwarden import definitions, errors
+from jobwarden.structs.policies import FailureReason
 from jobwarden.worker.context import Attempt, AttemptContext, Cancelled, Failed, Outcome, Succeeded
 from jobwarden.worker.execution import describe, failure_from, perform_async, prepare
 
@@ -171,7 +172,7 @@ class ProcessRunner:
             return Succeeded(result=json.loads(reply[1]))
         if kind == "cancelled":
             return Cancelled(error=reply[1])
-        return Failed(error=reply[1], reason=reply[2], retryable=reply[3])
+        return Failed(error=reply[1], reason=cast(FailureReason, reply[2]), retryable=reply[3])
 
     def interrupt(self, attempt: Attempt) -> None:
         """Nothing to do: the slot thread kills the child at the deadline itself."""

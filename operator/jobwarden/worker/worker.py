@@ -38,6 +38,7 @@ from jobwarden.db.database import Database
 from jobwarden.schedules import runner as schedules_runner
 from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
+from jobwarden.structs.policies import FailureReason
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker import execution
 from jobwarden.worker.capacity import Capacity
@@ -69,7 +70,7 @@ class FailureEvent:
     attempt: int
     max_retries: int
     is_final: bool
-    reason: str
+    reason: FailureReason
     error: str
 
 
