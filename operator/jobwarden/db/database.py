@@ -13,11 +13,14 @@ import contextlib
 import datetime
 import logging
 import re
+import select
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, LiteralString, cast
 
 import psycopg
 import psycopg.errors
+from psycopg import conninfo
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobwarden import errors
@@ -30,6 +33,17 @@ Params = Mapping[str, Any]
 Connection = psycopg.Connection[Row]
 
 DEFAULT_SCHEMA = "jobwarden"
+#: While no pooled connection is ready, a caller asks the pool again this often.
+#: Each ask lets the pool try to connect once more, so callers resume within
+#: about this long of the server accepting connections (the pool's own retries
+#: back off to many seconds, and it gives up on them: see ``Database.connection``).
+RECONNECT_POLL_SECONDS = 0.1
+#: A pooled connection idle longer than this is checked (one empty round trip)
+#: before it is handed out: a network path can drop a quiet connection silently.
+IDLE_CHECK_SECONDS = 30.0
+#: Connecting to a host that does not answer (failover, a moved address) gives up
+#: after this long unless the DSN sets ``connect_timeout``.
+CONNECT_TIMEOUT_SECONDS = 5
 #: Schema names are identifiers we also embed in regclass literals: keep them plain.
 _SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -54,6 +68,25 @@ def translate_errors() -> Iterator[None]:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+class _QuietReconnects(logging.Filter):
+    """Drop psycopg_pool's per-attempt connect warnings for Jobwarden's pools.
+
+    ``Database.connection`` asks the pool to connect every RECONNECT_POLL_SECONDS
+    while the server is away; each failed attempt would log two warnings. The
+    caller that finally gives up raises DatabaseUnavailable, which is logged once.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        ours = bool(record.args) and isinstance(record.args, tuple) \
+            and str(record.args[0]).startswith("jobwarden-")
+        return not (ours and (message.startswith("error connecting in")
+                              or message.startswith("reconnection attempt in pool")))
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
 
 
 def channel_name(schema: str, topic: str) -> str:
@@ -97,6 +130,14 @@ class Database:
             "application_name": application_name,
         }
         try:
+            if "connect_timeout" not in conninfo.conninfo_to_dict(dsn):
+                self._connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+        except psycopg.ProgrammingError as exc:
+            raise errors.ConfigurationError(f"invalid DSN: {_first_line(exc)}") from exc
+        #: Bumped whenever a statement failed for a connection-level reason: every
+        #: pooled connection last checked before that is checked again at checkout.
+        self._faults = 0
+        try:
             self.pool: ConnectionPool[Connection] = ConnectionPool(
                 dsn,
                 min_size=min_size,
@@ -105,7 +146,10 @@ class Database:
                 kwargs=self._connect_kwargs,
                 open=False,
                 name=f"jobwarden-{schema}",
-                reconnect_timeout=0,  # keep retrying in the background forever
+                # Give up a failed background connect at once: the caller's own loop in
+                # connection() asks again every RECONNECT_POLL_SECONDS (the pool's
+                # retries back off exponentially from 1 s, too slow to resume promptly).
+                reconnect_timeout=0,
             )
         except psycopg.ProgrammingError as exc:
             raise errors.ConfigurationError(f"invalid DSN: {_first_line(exc)}") from exc
@@ -153,19 +197,85 @@ class Database:
     def connect(self) -> Connection:
         """A dedicated connection outside the pool (LISTEN, long waits)."""
         with translate_errors():
-            return psycopg.connect(self.dsn, connect_timeout=5, **self._connect_kwargs)
+            return psycopg.connect(self.dsn, **{"connect_timeout": CONNECT_TIMEOUT_SECONDS,
+                                                **self._connect_kwargs})
 
     # -- execution -----------------------------------------------------------------
 
     @contextlib.contextmanager
     def connection(self) -> Iterator[Connection]:
-        with translate_errors(), self.pool.connection() as conn:
-            yield conn
+        """A checked pooled connection for the block; waits up to the pool timeout.
+
+        After an outage the pool holds connections the server closed: each one is
+        recognised at checkout (see :meth:`_usable`) and replaced, so the first call
+        after the server is back succeeds. While no connection can be made the
+        caller keeps asking the pool (every ``RECONNECT_POLL_SECONDS``) until its
+        timeout, so it resumes as soon as the server accepts connections again.
+        """
+        with translate_errors():
+            conn = self._checkout()
+            try:
+                yield conn
+            except psycopg.OperationalError:
+                self._faults += 1
+                raise
+            finally:
+                self.pool.putconn(conn)
+
+    def _checkout(self) -> Connection:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PoolTimeout(f"couldn't get a connection after {self._timeout:.2f} sec")
+            try:
+                conn = self.pool.getconn(timeout=min(left, RECONNECT_POLL_SECONDS))
+            except PoolTimeout:
+                continue
+            if self._usable(conn):
+                return conn
+            self.pool.putconn(conn)  # broken: the pool discards and replaces it
+
+    def _usable(self, conn: Connection) -> bool:
+        """Whether a pooled connection still works, checked only when in doubt.
+
+        In doubt: the server said something on an idle connection (a closed socket
+        or the FATAL a shutdown, crash or ``pg_terminate_backend`` sends reads as
+        readable), a fault was seen since its last check, or it sat idle long.
+        Otherwise handing it out costs nothing.
+        """
+        if conn.closed or conn.broken:
+            return False
+        now = time.monotonic()
+        checked_at: float = getattr(conn, "_jobwarden_checked_at", now)
+        checked_faults: int = getattr(conn, "_jobwarden_faults", self._faults)
+        try:
+            readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        except (OSError, ValueError, psycopg.Error):
+            return False
+        if readable or checked_faults != self._faults or now - checked_at > IDLE_CHECK_SECONDS:
+            try:
+                conn.execute("")
+            except psycopg.Error as exc:
+                logger.info("discarding a pooled connection that failed its check: %s",
+                            _first_line(exc))
+                return False
+        conn._jobwarden_checked_at = now  # type: ignore[attr-defined]
+        conn._jobwarden_faults = self._faults  # type: ignore[attr-defined]
+        return True
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[Connection]:
         with self.connection() as conn, conn.transaction():
             yield conn
+
+    @contextlib.contextmanager
+    def _counting_faults(self) -> Iterator[None]:
+        try:
+            yield
+        except psycopg.OperationalError:
+            self._faults += 1
+            raise
 
     def sql(self, name: str) -> LiteralString:
         return self.q[name]  # rendered from the package's own .sql files
@@ -173,7 +283,7 @@ class Database:
     def rows(self, name: str, params: Params | None = None, *,
              conn: Connection | None = None) -> list[Row]:
         if conn is not None:
-            with translate_errors():
+            with translate_errors(), self._counting_faults():
                 return conn.execute(self.sql(name), params).fetchall()
         with self.connection() as c:
             return c.execute(self.sql(name), params).fetchall()
@@ -186,7 +296,7 @@ class Database:
     def execute(self, name: str, params: Params | None = None, *,
                 conn: Connection | None = None) -> int:
         if conn is not None:
-            with translate_errors():
+            with translate_errors(), self._counting_faults():
                 return conn.execute(self.sql(name), params).rowcount
         with self.connection() as c:
             return c.execute(self.sql(name), params).rowcount

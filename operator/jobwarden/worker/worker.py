@@ -278,7 +278,7 @@ class Worker:
                 self._set_db_state(False)
                 failures += 1
                 logger.warning("claim failed: %s", exc)
-                self._sleep(min(0.25 * 2 ** min(failures, 5), 5.0))
+                self._sleep(min(0.05 * 2 ** min(failures, 5), 1.0))  # resume promptly
                 continue
             for claim in claimed:
                 self._accept(claim)
