@@ -17,7 +17,7 @@ from jobwarden import definitions, errors, leases, metrics, settings
 from jobwarden import hosts as _hosts
 from jobwarden.db.database import Database
 from jobwarden.schedules.store import Schedules
-from jobwarden.structs.jobs import EnqueueResult, JobRecord, JobSpec
+from jobwarden.structs.jobs import AttemptRecord, EnqueueResult, JobRecord, JobSpec
 from jobwarden.structs.states import TERMINAL, JobStatus
 
 JobRef = definitions.JobRef
@@ -144,6 +144,11 @@ class Client:
         if found is None:
             raise errors.JobNotFound(f"no job with id {job_id}")
         return found
+
+    def attempts(self, job_id: int) -> list[AttemptRecord]:
+        """The job's attempt history (the last 25 attempts), oldest first."""
+        self.job(job_id)  # raises JobNotFound for a wrong id
+        return self.db.jobs.attempts(job_id)
 
     def jobs(self, *, status: JobStatus | str | None = None, queue: str | None = None,
              job_class: str | None = None, limit: int = 50) -> list[JobRecord]:

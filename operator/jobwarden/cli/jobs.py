@@ -35,8 +35,10 @@ def register(subparsers: Any) -> None:
     listing.add_argument("--limit", type=int, default=50)
     add_json(listing)
     listing.set_defaults(handler=cmd_list)
-    show = sub.add_parser("show", help="one job with its result and last error")
+    show = sub.add_parser("show", help="one job with its result and attempt history")
     show.add_argument("id", type=int)
+    show.add_argument("--traceback", action="store_true",
+                      help="also print the traceback of the last failed attempt")
     add_json(show)
     show.set_defaults(handler=cmd_show)
     cancel = sub.add_parser("cancel", help="cancel a pending job or ask a running one to stop")
@@ -102,13 +104,24 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_show(args: argparse.Namespace) -> int:
     with common.client(args) as client:
         job = client.job(args.id)
+        history = client.db.jobs.attempts(args.id)
     if args.json:
-        print_json(job.as_json())
-    else:
-        for key, value in job.as_json().items():
-            if key in ("data", "result") and value is not None:
-                value = json.dumps(value)
-            print(f"{key:>17}: {'' if value is None else value}")
+        print_json({**job.as_json(), "history": [a.as_json() for a in history]})
+        return EXIT_OK
+    for key, value in job.as_json().items():
+        if key in ("data", "result") and value is not None:
+            value = json.dumps(value)
+        print(f"{key:>17}: {'' if value is None else value}")
+    if history:
+        print("\nattempts (oldest first):")
+        print_table(["#", "STARTED", "SECONDS", "HOST", "OUTCOME", "THEN", "ERROR"],
+                    [[a.attempt,
+                      a.started_at.isoformat(timespec="seconds") if a.started_at else "",
+                      "" if a.duration_seconds is None else f"{a.duration_seconds:.3f}",
+                      a.host, a.outcome, a.status_after, a.error or ""] for a in history])
+        last = next((a for a in reversed(history) if a.traceback), None)
+        if last is not None and args.traceback:
+            print(f"\ntraceback of attempt {last.attempt}:\n{last.traceback}")
     return EXIT_OK
 
 

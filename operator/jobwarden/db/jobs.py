@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg.types.json import Jsonb
 
 from jobwarden.structs.jobs import (
+    AttemptRecord,
     ClaimedJob,
     Completion,
     EnqueueResult,
@@ -220,6 +221,14 @@ class JobsTable:
     def get(self, job_id: int) -> JobRecord | None:
         found = self._db.row("job_get", {"id": job_id})
         return _record(found) if found else None
+
+    def attempts(self, job_id: int) -> list[AttemptRecord]:
+        """The job's kept attempt history (its last 25 attempts), oldest first."""
+        return [
+            AttemptRecord(attempt=r[0], started_at=r[1], finished_at=r[2], host=r[3],
+                          outcome=r[4], status_after=r[5], error=r[6], traceback=r[7])
+            for r in self._db.rows("job_attempt_list", {"id": job_id})
+        ]
 
     def recent(self, *, status: JobStatus | None = None, queue: str | None = None,
              job_class: str | None = None, limit: int = 50) -> list[JobRecord]:

@@ -153,3 +153,35 @@ class QueueStat:
     queue: str
     status: JobStatus
     count: int
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AttemptRecord:
+    """One finished attempt of a job, as kept in its bounded history."""
+
+    attempt: int
+    started_at: datetime.datetime | None
+    finished_at: datetime.datetime
+    host: str | None
+    #: completed | failed | cancelled | reaped
+    outcome: str
+    #: The job's status right after the attempt (pending: it will be retried).
+    status_after: str
+    error: str | None
+    traceback: str | None
+
+    @property
+    def duration_seconds(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "started_at": self.started_at.isoformat() if self.started_at else None,
+            "finished_at": self.finished_at.isoformat(),
+            "duration_seconds": self.duration_seconds, "host": self.host,
+            "outcome": self.outcome, "status_after": self.status_after, "error": self.error,
+            "traceback": self.traceback,
+        }

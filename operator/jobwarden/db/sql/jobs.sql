@@ -102,40 +102,57 @@ WITH picked AS (
 
 -- name: job_complete_many
 -- Batched, fenced completion. Ids missing from the result were fenced.
-UPDATE {schema}.jobs AS j
-SET status = 'completed', result = c.result, lease_lost = c.lease_lost, finished_at = now(),
-    claim_expires_at = NULL, updated_at = now()
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[], %(lease_lost)s::boolean[])
-     AS c(id, token, result, lease_lost)
-WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'processing'
-RETURNING j.id;
+-- The attempt's history row is written by the same statement.
+WITH ended AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'completed', result = c.result, lease_lost = c.lease_lost, finished_at = now(),
+        claim_expires_at = NULL, updated_at = now()
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[],
+                %(lease_lost)s::boolean[]) AS c(id, token, result, lease_lost)
+    WHERE j.id = c.id AND j.claim_token = c.token AND j.status = 'processing'
+    RETURNING j.id, j.attempts, j.claimed_at, j.claimed_by, 'completed'::text AS outcome,
+              j.status::text AS status_after, NULL::text AS error
+),
+recorded AS ({fragment_attempt_record})
+SELECT id FROM ended;
 
 -- name: job_fail
 -- One failed attempt, fenced. The new state is decided here, from the row:
 -- a cancel request ends in cancelled, a non-retryable error or exhausted attempts
 -- in failed, otherwise pending again after the backoff.
-UPDATE {schema}.jobs AS j
-SET status = (CASE
-        WHEN j.cancel_requested THEN 'cancelled'
-        WHEN NOT %(retryable)s OR j.attempts > j.max_retries THEN 'failed'
-        ELSE 'pending' END)::{schema}.job_status,
-    run_at = CASE
-        WHEN j.cancel_requested OR NOT %(retryable)s OR j.attempts > j.max_retries THEN j.run_at
-        ELSE now() + make_interval(secs => %(retry_in)s) END,
-    finished_at = CASE
-        WHEN j.cancel_requested OR NOT %(retryable)s OR j.attempts > j.max_retries THEN now()
-        ELSE NULL END,
-    last_error = %(error)s, claim_expires_at = NULL, updated_at = now()
-WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'processing'
-RETURNING j.status::text;
+-- The attempt's history row is written by the same statement.
+WITH ended AS (
+    UPDATE {schema}.jobs AS j
+    SET status = (CASE
+            WHEN j.cancel_requested THEN 'cancelled'
+            WHEN NOT %(retryable)s OR j.attempts > j.max_retries THEN 'failed'
+            ELSE 'pending' END)::{schema}.job_status,
+        run_at = CASE
+            WHEN j.cancel_requested OR NOT %(retryable)s OR j.attempts > j.max_retries THEN j.run_at
+            ELSE now() + make_interval(secs => %(retry_in)s) END,
+        finished_at = CASE
+            WHEN j.cancel_requested OR NOT %(retryable)s OR j.attempts > j.max_retries THEN now()
+            ELSE NULL END,
+        last_error = %(error)s, claim_expires_at = NULL, updated_at = now()
+    WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'processing'
+    RETURNING j.id, j.attempts, j.claimed_at, j.claimed_by, 'failed'::text AS outcome,
+              j.status::text AS status_after, j.last_error AS error
+),
+recorded AS ({fragment_attempt_record})
+SELECT status_after FROM ended;
 
 -- name: job_cancelled
 -- The attempt stopped because it was asked to (JobCancelled), fenced.
-UPDATE {schema}.jobs
-SET status = 'cancelled', last_error = %(error)s, finished_at = now(), claim_expires_at = NULL,
-    updated_at = now()
-WHERE id = %(id)s AND claim_token = %(token)s AND status = 'processing'
-RETURNING id;
+WITH ended AS (
+    UPDATE {schema}.jobs
+    SET status = 'cancelled', last_error = %(error)s, finished_at = now(), claim_expires_at = NULL,
+        updated_at = now()
+    WHERE id = %(id)s AND claim_token = %(token)s AND status = 'processing'
+    RETURNING id, attempts, claimed_at, claimed_by, 'cancelled'::text AS outcome,
+              status::text AS status_after, last_error AS error
+),
+recorded AS ({fragment_attempt_record})
+SELECT id FROM ended;
 
 -- name: job_release
 -- Give a claim back without running it (a busy lease, or a prefetched job at
@@ -160,29 +177,35 @@ RETURNING j.id, j.cancel_requested;
 -- Reclaim processing rows whose claimant stopped heartbeating. Idempotent jobs go
 -- back to pending (or failed when their attempts are used up); non-idempotent jobs
 -- become interrupted and never start again by themselves. SKIP LOCKED makes
--- concurrent reapers (workers, operators, clusters) split the work safely.
+-- concurrent reapers (workers, operators, clusters) split the work safely. The
+-- reaped attempt's history row is written by the same statement.
 WITH stale AS (
     SELECT id FROM {schema}.jobs
     WHERE status = 'processing' AND claim_expires_at < now()
     ORDER BY claim_expires_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
-)
-UPDATE {schema}.jobs AS j
-SET status = (CASE
-        WHEN j.cancel_requested THEN 'cancelled'
-        WHEN NOT j.idempotent THEN 'interrupted'
-        WHEN j.attempts > j.max_retries THEN 'failed'
-        ELSE 'pending' END)::{schema}.job_status,
-    finished_at = CASE
-        WHEN j.cancel_requested OR NOT j.idempotent OR j.attempts > j.max_retries THEN now()
-        ELSE NULL END,
-    run_at = now(),
-    last_error = 'reaped: no heartbeat from ' || coalesce(j.claimed_by, 'unknown host')
-                 || ' since ' || coalesce(j.heartbeat_at, j.claimed_at)::text,
-    claim_expires_at = NULL, updated_at = now()
-FROM stale WHERE j.id = stale.id
-RETURNING j.id, j.queue, j.job_class, j.status::text, j.claimed_by;
+),
+ended AS (
+    UPDATE {schema}.jobs AS j
+    SET status = (CASE
+            WHEN j.cancel_requested THEN 'cancelled'
+            WHEN NOT j.idempotent THEN 'interrupted'
+            WHEN j.attempts > j.max_retries THEN 'failed'
+            ELSE 'pending' END)::{schema}.job_status,
+        finished_at = CASE
+            WHEN j.cancel_requested OR NOT j.idempotent OR j.attempts > j.max_retries THEN now()
+            ELSE NULL END,
+        run_at = now(),
+        last_error = 'reaped: no heartbeat from ' || coalesce(j.claimed_by, 'unknown host')
+                     || ' since ' || coalesce(j.heartbeat_at, j.claimed_at)::text,
+        claim_expires_at = NULL, updated_at = now()
+    FROM stale WHERE j.id = stale.id
+    RETURNING j.id, j.queue, j.job_class, j.attempts, j.claimed_at, j.claimed_by,
+              'reaped'::text AS outcome, j.status::text AS status_after, j.last_error AS error
+),
+recorded AS ({fragment_attempt_record})
+SELECT id, queue, job_class, status_after, claimed_by FROM ended;
 
 -- name: job_get
 SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
@@ -283,3 +306,24 @@ SELECT queue, extract(epoch FROM now() - min(run_at))::double precision
 FROM {schema}.jobs
 WHERE status = 'pending' AND run_at <= now()
 GROUP BY queue;
+
+-- name: fragment_attempt_record
+-- Shared by every statement that ends an attempt (complete, fail, cancelled, reap):
+-- upsert the attempt's history row from the `ended` rows. The ring slot
+-- `mod(attempt, 25)` bounds the history per job (0006_job_attempts.sql). The error
+-- text carries the traceback the worker formatted; its last line is the error.
+INSERT INTO {schema}.job_attempts AS a (job_id, slot, attempt, started_at, host, outcome,
+                                       status_after, error, traceback)
+SELECT id, mod(attempts, 25), attempts, claimed_at, claimed_by, outcome, status_after,
+       regexp_replace(error, '^.*\n', ''),
+       CASE WHEN strpos(error, chr(10)) > 0 THEN error END
+FROM ended
+ON CONFLICT (job_id, slot) DO UPDATE
+SET attempt = excluded.attempt, started_at = excluded.started_at, finished_at = now(),
+    host = excluded.host, outcome = excluded.outcome, status_after = excluded.status_after,
+    error = excluded.error, traceback = excluded.traceback
+
+-- name: job_attempt_list
+-- A job's attempt history, oldest first.
+SELECT attempt, started_at, finished_at, host, outcome, status_after, error, traceback
+FROM {schema}.job_attempts WHERE job_id = %(id)s ORDER BY attempt;
