@@ -18,6 +18,7 @@ from jobwarden import hosts as _hosts
 from jobwarden.db.database import Database
 from jobwarden.schedules.store import Schedules
 from jobwarden.structs.jobs import AttemptRecord, EnqueueResult, JobRecord, JobSpec
+from jobwarden.structs.queues import QueueSummary
 from jobwarden.structs.states import TERMINAL, JobStatus
 
 JobRef = definitions.JobRef
@@ -29,6 +30,12 @@ def check_payload(data: Any) -> None:
         json.dumps(data, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidPayload(f"job data must be JSON-serialisable: {exc}") from exc
+
+
+def _queue_name(queue: str) -> str:
+    if not isinstance(queue, str) or not 1 <= len(queue) <= 128:
+        raise ValueError("a queue name is 1 to 128 characters")
+    return queue
 
 
 class Client:
@@ -185,6 +192,22 @@ class Client:
         if seconds < 0:
             raise ValueError("older_than must not be negative")
         return self.db.jobs.purge(statuses=statuses, older_than_seconds=seconds)
+
+    # -- queues ----------------------------------------------------------------------
+
+    def queues(self, *, window_seconds: float = 300.0) -> list[QueueSummary]:
+        """Per-queue depth, oldest due age, running count and throughput over the window."""
+        if window_seconds <= 0:
+            raise ValueError("window_seconds must be positive")
+        return self.db.queues.summaries(window_seconds=window_seconds)
+
+    def pause_queue(self, queue: str, *, by: str | None = None) -> None:
+        """Workers stop claiming from ``queue``; jobs already running finish normally."""
+        self.db.queues.pause(_queue_name(queue), by=by)
+
+    def resume_queue(self, queue: str) -> bool:
+        """Undo :meth:`pause_queue`; False when the queue was not paused."""
+        return self.db.queues.resume(_queue_name(queue))
 
     def stats(self) -> dict[str, dict[str, int]]:
         """``{queue: {status: count}}`` with every status present (zeros included)."""

@@ -33,7 +33,7 @@ def test_each_ended_attempt_is_kept_with_host_outcome_error_and_traceback(
     [first] = db.jobs.claim(host="host-a", limit=1, grace_seconds=30)
     assert db.jobs.fail(Failure(id=job_id, claim_token=first.claim_token, error=TRACE,
                                 retryable=True, retry_in_seconds=0)) is JobStatus.PENDING
-    [second] = db.jobs.claim(host="host-b", limit=1, grace_seconds=30)
+    [_second] = db.jobs.claim(host="host-b", limit=1, grace_seconds=30)
     _expire_claims(dsn)
     assert [r.status for r in db.jobs.reap()] == [JobStatus.PENDING]
     [third] = db.jobs.claim(host="host-c", limit=1, grace_seconds=30)

@@ -39,6 +39,7 @@ COMMAND_MODULES = [
     "jobwarden.cli.schedules",
     "jobwarden.cli.operator",
     "jobwarden.cli.leases",
+    "jobwarden.cli.queues",
 ]
 
 _ERROR_CODES: list[tuple[type[BaseException], int]] = [

@@ -83,6 +83,7 @@ RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retr
 WITH picked AS (
     SELECT id FROM {schema}.jobs
     WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND run_at <= now()
+      AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -93,7 +94,7 @@ WITH picked AS (
 -- As job_claim_queues, over every queue.
 WITH picked AS (
     SELECT id FROM {schema}.jobs
-    WHERE status = 'pending' AND run_at <= now()
+    WHERE status = 'pending' AND run_at <= now() AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -275,6 +276,7 @@ WITH running AS (
 picked AS (
     SELECT id FROM {schema}.jobs
     WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND run_at <= now()
+      AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
     LIMIT greatest(least(%(limit)s::bigint,
                          coalesce(%(cap)s::bigint - (SELECT n FROM running), %(limit)s::bigint)),
@@ -291,7 +293,7 @@ WITH running AS (
 ),
 picked AS (
     SELECT id FROM {schema}.jobs
-    WHERE status = 'pending' AND run_at <= now()
+    WHERE status = 'pending' AND run_at <= now() AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
     LIMIT greatest(least(%(limit)s::bigint,
                          coalesce(%(cap)s::bigint - (SELECT n FROM running), %(limit)s::bigint)),

@@ -1,0 +1,56 @@
+-- Named queries on queues: pause/resume (queue_pauses) and per-queue figures
+-- computed from the jobs table's partial indexes.
+
+-- name: fragment_queue_not_paused
+-- Included by every claim variant (jobs.sql): a candidate row's queue is not
+-- paused. queue_pauses is tiny, so this is a hash lookup per candidate.
+NOT EXISTS (SELECT 1 FROM {schema}.queue_pauses AS qp WHERE qp.queue = {schema}.jobs.queue)
+
+-- name: queue_pause
+-- Idempotent: pausing a paused queue keeps its first pause time. Returns the queue.
+INSERT INTO {schema}.queue_pauses (queue, paused_by) VALUES (%(queue)s, %(by)s)
+ON CONFLICT (queue) DO UPDATE SET paused_by = {schema}.queue_pauses.paused_by
+RETURNING queue, paused_at;
+
+-- name: queue_resume
+DELETE FROM {schema}.queue_pauses WHERE queue = %(queue)s RETURNING queue;
+
+-- name: queue_paused_list
+SELECT queue, paused_at, paused_by FROM {schema}.queue_pauses ORDER BY queue;
+
+-- name: queue_list
+-- Per queue: pending (and due) depth, oldest due age, running, and what finished
+-- in the last %(window)s seconds. Every part reads a partial index (pending,
+-- processing, finished_at), never the whole table. A queue appears while it has
+-- pending, running or recently finished jobs, or while it is paused.
+WITH pending AS (
+    SELECT queue, count(*) AS pending,
+           count(*) FILTER (WHERE run_at <= now()) AS due,
+           min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due
+    FROM {schema}.jobs WHERE status = 'pending' GROUP BY queue
+),
+running AS (
+    SELECT queue, count(*) AS running FROM {schema}.jobs
+    WHERE status = 'processing' GROUP BY queue
+),
+recent AS (
+    SELECT queue, count(*) FILTER (WHERE status = 'completed') AS completed,
+           count(*) FILTER (WHERE status = 'failed') AS failed
+    FROM {schema}.jobs
+    WHERE finished_at > now() - make_interval(secs => %(window)s)
+    GROUP BY queue
+),
+names AS (
+    SELECT queue FROM pending UNION SELECT queue FROM running
+    UNION SELECT queue FROM recent UNION SELECT queue FROM {schema}.queue_pauses
+)
+SELECT n.queue, coalesce(p.pending, 0), coalesce(p.due, 0),
+       greatest(extract(epoch FROM now() - p.oldest_due), 0)::double precision,
+       coalesce(r.running, 0), coalesce(c.completed, 0), coalesce(c.failed, 0),
+       qp.paused_at
+FROM names AS n
+LEFT JOIN pending AS p ON p.queue = n.queue
+LEFT JOIN running AS r ON r.queue = n.queue
+LEFT JOIN recent AS c ON c.queue = n.queue
+LEFT JOIN {schema}.queue_pauses AS qp ON qp.queue = n.queue
+ORDER BY n.queue;
