@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from jobwarden.assembly import build_worker
 from jobwarden.client import Client
 from jobwarden.db.database import Database
 from jobwarden.settings import WorkerSettings
@@ -90,7 +91,7 @@ def start_worker(dsn: str) -> Iterator[Callable[..., Worker]]:
     def start(**overrides: Any) -> Worker:
         options: dict[str, Any] = {**FAST, "host": f"test-host-{len(started)}", **overrides}
         database = Database(dsn, min_size=1, max_size=options.get("concurrency", 10) + 4)
-        worker = Worker(database, WorkerSettings(**options))
+        worker = build_worker(database, WorkerSettings(**options))
         worker.start()
         started.append((worker, database))
         return worker

@@ -29,8 +29,8 @@ import psycopg
 import jobwarden
 from bench.adapters import base
 from jobwarden import settings as jw_settings
+from jobwarden.assembly import build_worker
 from jobwarden.db.database import Database
-from jobwarden.worker.worker import Worker
 
 SCHEMA = "jobwarden"
 LEASE_TTL_SECONDS = 30.0
@@ -88,7 +88,7 @@ class JobwardenSystem:
             "version": version,
             "driver": f"psycopg {psycopg.__version__} (psycopg_pool), thread worker",
             "enqueue": "Client.enqueue(noop, data) / Client.enqueue_many(noop, datas)",
-            "worker": "Worker(db, WorkerSettings(concurrency=N)).start()",
+            "worker": "build_worker(db, WorkerSettings(concurrency=N)).start()",
             "best": f"out of the box: concurrency={_best_concurrency()}",
         }
 
@@ -115,7 +115,7 @@ class JobwardenSystem:
         if setting.concurrency is not None:
             options["concurrency"] = setting.concurrency
         with Database(dsn, schema=SCHEMA) as db:
-            worker = Worker(db, jw_settings.WorkerSettings(**options))
+            worker = build_worker(db, jw_settings.WorkerSettings(**options))
             worker.start()
             try:
                 await stop.wait()

@@ -5,7 +5,8 @@ static ``concurrency_key`` or a ``concurrency_key_for(self, data)`` method
 (lease ``key:<key>``; the method wins over the static key, a key implies
 exclusive). The lifetime rules, and why:
 
-- **Taken after the claim, before perform** (a worker guard), so a busy lease
+- **Taken after the claim, before perform** (the extension's ``around_attempt``,
+  which answers without running the attempt when the lease is busy), so a busy lease
   costs one claim and one release, never a run. The owner is the attempt's
   claim token: one attempt, one owner, and a reaped-and-reclaimed job is a
   different owner than the attempt that may still be running.
@@ -36,6 +37,7 @@ import dataclasses
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jobwarden import definitions, errors, metrics
@@ -51,10 +53,10 @@ from jobwarden.worker.context import (
     Released,
     Succeeded,
 )
+from jobwarden.worker.extensions import CallNext, Extension
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Database
-    from jobwarden.worker.execution import Runner
     from jobwarden.worker.worker import Worker
 
 logger = logging.getLogger("jobwarden.leases")
@@ -122,14 +124,23 @@ class _Held:
     lost: bool = False
 
 
-class ExclusiveJobs:
-    """Takes, renews and releases the leases of a worker's exclusive attempts."""
+class ExclusiveJobs(Extension):
+    """Takes, renews and releases the leases of a worker's exclusive attempts.
+
+    A worker extension: ``around_attempt`` takes the lease (or answers busy),
+    runs the attempt with ``Job.heartbeat()`` renewing it, and releases it the
+    moment the code stopped; ``heartbeat`` renews every held lease at once.
+    """
 
     def __init__(self, db: Database, *, host: str) -> None:
         self._db = db
         self._host = host
         self._held: dict[int, _Held] = {}  # claim id -> the lease its attempt holds
         self._lock = threading.Lock()
+
+    @classmethod
+    def for_worker(cls, worker: Worker) -> ExclusiveJobs:
+        return cls(worker.db, host=worker.host)
 
     def held(self, attempt: Attempt) -> _Held | None:
         with self._lock:
@@ -183,9 +194,36 @@ class ExclusiveJobs:
         delay = max(min(found.retry_after, MAX_DEFER_SECONDS), MIN_DEFER_SECONDS)
         return Released(delay_seconds=delay, deferral=True, reason="lease_busy")
 
+    def around_attempt(self, attempt: Attempt, job_class: type[definitions.Job],
+                       context: AttemptContext, call_next: CallNext) -> Outcome:
+        """Lease, run, release: the release comes the moment the code stopped.
+
+        Why around the run and not after it: the outcome (a success that lost its
+        lease must be recorded with ``lease_lost``) is decided after the release.
+        The chain returns only once the attempt's code has really stopped (slot
+        thread returned, child killed, coroutine cancelled), so releasing here never
+        frees a lease under running work.
+        """
+        early = self.guard(attempt, job_class)
+        if early is not None:
+            return early
+        if self.held(attempt) is None:
+            return call_next(context)
+        lost = False
+        try:
+            outcome = call_next(_RenewingContext(context, self))
+        finally:
+            lost = self.release(attempt)
+        if lost and isinstance(outcome, Succeeded):
+            return dataclasses.replace(outcome, lease_lost=True)
+        return outcome
+
     # -- renewal -----------------------------------------------------------------------
 
-    def renew_alive(self, alive: list[Attempt]) -> None:
+    def heartbeat(self, alive: Sequence[Attempt]) -> None:
+        self.renew_alive(alive)
+
+    def renew_alive(self, alive: Sequence[Attempt]) -> None:
         """Heartbeat extension: renew every lease of the attempts still alive, at once."""
         with self._lock:
             pairs = [(a, self._held[a.claim.id]) for a in alive
@@ -271,46 +309,3 @@ class _RenewingContext(AttemptContext):
     def heartbeat(self) -> None:
         self._inner.heartbeat()
         self._exclusive.renew_one(self.attempt)
-
-
-class LeaseReleasingRunner:
-    """Wraps the worker's runner: release the lease the moment the code stopped.
-
-    Why here and not in a finalizer: the outcome (a success that lost its lease
-    must be recorded with ``lease_lost``) is decided after the release, and a
-    finalizer cannot change it. The runner returns only once the attempt's code
-    has really stopped, so releasing here never frees a lease under running work.
-    """
-
-    def __init__(self, inner: Runner, exclusive: ExclusiveJobs) -> None:
-        self.inner = inner
-        self._exclusive = exclusive
-
-    def run(self, attempt: Attempt, job_class: type[definitions.Job],
-            context: AttemptContext) -> Outcome:
-        if self._exclusive.held(attempt) is None:
-            return self.inner.run(attempt, job_class, context)
-        lost = False
-        try:
-            outcome = self.inner.run(attempt, job_class, _RenewingContext(context,
-                                                                          self._exclusive))
-        finally:
-            lost = self._exclusive.release(attempt)
-        if lost and isinstance(outcome, Succeeded):
-            return dataclasses.replace(outcome, lease_lost=True)
-        return outcome
-
-    def interrupt(self, attempt: Attempt) -> None:
-        self.inner.interrupt(attempt)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-def install(worker: Worker) -> ExclusiveJobs:
-    """Wire exclusive jobs into a worker (called once from ``Worker.__init__``)."""
-    exclusive = ExclusiveJobs(worker.db, host=worker.host)
-    worker.guards.append(exclusive.guard)
-    worker.heartbeat_extensions.append(exclusive.renew_alive)
-    worker.runner = LeaseReleasingRunner(worker.runner, exclusive)
-    return exclusive

@@ -10,7 +10,7 @@ database clock -- whether a drain is still in force, the cap, the running count
 The pieces:
 
 * :class:`Hosts` (``client.hosts``): drain, resume, status, waiting until idle.
-* :class:`HostRegistry`: one per worker process, installed by :func:`install`.
+* :class:`HostRegistry`: one per worker process, a worker extension.
   It registers the process (a ``workers`` row) and its host (a ``hosts`` row;
   several processes may share one host name), refreshes both every heartbeat
   interval, prunes hosts and processes nobody has seen for a while (their jobs
@@ -39,12 +39,12 @@ import math
 import os
 import time
 import uuid
-import weakref
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from jobwarden import errors, metrics
 from jobwarden.structs.hosts import HostCount, HostStatus
+from jobwarden.worker.extensions import Extension, PeriodicTask
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Database
@@ -190,15 +190,13 @@ class Hosts:
             time.sleep(min(interval, left))
 
 
-_REGISTRIES: weakref.WeakKeyDictionary[Worker, HostRegistry] = weakref.WeakKeyDictionary()
+class HostRegistry(Extension):
+    """One worker process's membership in the registry, and its claim gate.
 
-
-def registry_of(worker: Worker) -> HostRegistry | None:
-    return _REGISTRIES.get(worker)
-
-
-class HostRegistry:
-    """One worker process's membership in the registry, and its claim gate."""
+    A worker extension: it gates claims (drain, stopping, no prefetch under a
+    cap), makes claims lock the host row (``caps_claims``), refreshes and prunes
+    periodically, drains itself when a stop begins and deregisters at the end.
+    """
 
     def __init__(self, worker: Worker, settings: HostSettings | None = None) -> None:
         self.worker = worker
@@ -213,6 +211,29 @@ class HostRegistry:
         #: claim decides for itself under the row lock; these only spare round trips.
         self.draining = False
         self.cap: int | None = self.settings.cap
+
+    # -- the extension's hooks ----------------------------------------------------------
+
+    @property
+    def caps_claims(self) -> bool:
+        return True
+
+    def claim_gate(self, free: int) -> int:
+        return self.gate(free)
+
+    def periodic_tasks(self) -> Sequence[PeriodicTask]:
+        return (
+            PeriodicTask(name="hosts-refresh", interval=self.worker.settings.heartbeat_interval,
+                         run=self.refresh),
+            PeriodicTask(name="hosts-prune", interval=self.settings.prune_interval,
+                         run=self.prune),
+        )
+
+    def on_stopping(self) -> None:
+        self.self_drain()
+
+    def on_stopped(self) -> None:
+        self.deregister()
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -321,30 +342,3 @@ class HostRegistry:
         metrics.HOST_DRAINING.labels(self.pool).set(0)
         logger.info("deregistered process %s%s", self.worker_id,
                     f" and host {self.host}" if host_gone else "")
-
-
-def install(worker: Worker) -> HostRegistry:
-    """Attach the registry to a worker: claim gate, capped claims, periodic tasks, shutdown.
-
-    Called once from ``Worker.__init__``; also installs the tick route when the
-    worker serves HTTP.
-    """
-    from jobwarden.worker.worker import PeriodicTask
-
-    registry = HostRegistry(worker)
-    worker.claim_gate = registry.gate
-    worker.capped_claims = True
-    worker.periodic.append(PeriodicTask(name="hosts-refresh",
-                                        interval=worker.settings.heartbeat_interval,
-                                        run=registry.refresh))
-    worker.periodic.append(PeriodicTask(name="hosts-prune",
-                                        interval=registry.settings.prune_interval,
-                                        run=registry.prune))
-    worker.on_stopping.append(registry.self_drain)
-    worker.on_stopped.append(registry.deregister)
-    _REGISTRIES[worker] = registry
-    if worker.http is not None:
-        from jobwarden.tick import install as install_tick
-
-        install_tick(worker, registry)
-    return registry

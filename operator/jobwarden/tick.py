@@ -1,12 +1,13 @@
 """One tick of work, on demand: the ``/tick`` HTTP route and ``jobwarden tick``.
 
 For places that can only run cron + curl. One tick = refresh the host in the
-registry, reap stale claims, run due schedules (through :data:`schedule_runner`,
-wired by the schedules module), then run up to ``max_jobs`` jobs one after the
+registry, reap stale claims, run due schedules (the pass the composition root
+hands the :class:`Ticker`), then run up to ``max_jobs`` jobs one after the
 other, each with at most ``timeout`` seconds. Jobs are claimed through the host
 registry exactly as a worker claims them (``host_cap=True``), so a tick honours a
-drain and the per-host cap, and runs through the worker's own execution path
-(guards such as leases, finalizers, hooks, fenced outcome writes, metrics).
+drain and the per-host cap, runs through the worker's own execution path (its
+extensions such as leases, hooks, fenced outcome writes, metrics) and is
+heartbeated by the worker's own heartbeater.
 
 The HTTP route is an attack surface on a pod's network, so its rules are strict
 and each is tested on its own:
@@ -46,23 +47,18 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobwarden import errors
 from jobwarden.structs.jobs import ClaimedJob
-from jobwarden.worker import execution
 from jobwarden.worker.context import Attempt, Cancelled, Failed, Released, Succeeded
-
-if TYPE_CHECKING:
-    from jobwarden.db.database import Database
-    from jobwarden.hosts import HostRegistry
-    from jobwarden.worker.worker import Worker
+from jobwarden.worker.extensions import Extension, Route
+from jobwarden.worker.worker import Worker
 
 logger = logging.getLogger("jobwarden.tick")
 
-#: Runs due schedules once; returns how many slots it enqueued (or anything).
-#: Set by the schedules module (``tick.schedule_runner = ...``); None = no schedules.
-schedule_runner: Callable[[Database], object] | None = None
+#: Runs due schedules once; returns how many slots it enqueued (None: not counted).
+SchedulePass = Callable[[], object]
 
 PATH = "/tick"
 TOKEN_HEADER = "x-jobwarden-token"
@@ -168,11 +164,13 @@ class Ticker:
 
     ``standalone`` is for ``jobwarden tick``: the worker object was built but not
     started, so the ticker runs its recorder for the duration of a tick.
+    ``run_schedules`` is the schedule pass of each tick (None: no schedules here).
     """
 
     def __init__(self, worker: Worker, *, limits: TickLimits | None = None,
-                 standalone: bool = False) -> None:
+                 standalone: bool = False, run_schedules: SchedulePass | None = None) -> None:
         self.worker = worker
+        self.run_schedules = run_schedules
         self.db = worker.db
         self.host = worker.host
         self.limits = limits or TickLimits.from_env()
@@ -207,8 +205,8 @@ class Ticker:
         budget_ends = started + self.limits.budget
         reaped = self.worker.reap()
         scheduled: int | None = None
-        if schedule_runner is not None:
-            found = schedule_runner(self.db)
+        if self.run_schedules is not None:
+            found = self.run_schedules()
             scheduled = found if isinstance(found, int) else None
         draining = any(h.draining for h in self.db.hosts.status(host=self.host))
         outcomes: collections.Counter[str] = collections.Counter()
@@ -255,7 +253,7 @@ class Ticker:
                                 name="jobwarden-tick-heartbeat", daemon=True)
         beat.start()
         try:
-            # The worker's own path: guards (leases), perform, finalizers, outcome.
+            # The worker's own path: its extensions (leases) around perform, then the outcome.
             worker.execute(attempt)
         finally:
             done.set()
@@ -267,36 +265,17 @@ class Ticker:
         return _outcome_name(attempt)
 
     def _watch(self, attempt: Attempt, done: threading.Event) -> None:
-        """Heartbeat the tick's attempt and enforce its deadline, like the worker does."""
-        worker = self.worker
-        interval = worker.settings.heartbeat_interval
+        """Heartbeat the tick's attempt and enforce its deadline: the worker's heartbeater."""
+        heartbeater = self.worker.heartbeater
+        interval = self.worker.settings.heartbeat_interval
         next_beat = time.monotonic() + interval
         while not done.wait(0.05):
             now = time.monotonic()
-            if attempt.timed_out(now):
-                if attempt.settle(execution.failure_from(errors.JobTimeout("timeout"), attempt)):
-                    worker.recorder.submit(attempt)
-                worker.runner.interrupt(attempt)
+            heartbeater.enforce_deadlines([attempt], now)
             if now < next_beat:
                 continue
             next_beat = now + interval
-            try:
-                ack = self.db.jobs.heartbeat_many(
-                    [(attempt.claim.id, attempt.claim.claim_token)],
-                    grace_seconds=worker.settings.heartbeat_grace)
-            except errors.DatabaseUnavailable as exc:
-                logger.warning("tick heartbeat failed: %s", exc)
-                continue
-            if attempt.claim.id not in ack.alive:
-                attempt.fenced = True
-                continue
-            if attempt.claim.id in ack.cancel_requested:
-                attempt.cancel_requested = True
-            for extension in worker.heartbeat_extensions:
-                try:
-                    extension([attempt])
-                except Exception:
-                    logger.exception("heartbeat extension failed")
+            heartbeater.beat([attempt])
 
 
 # -- the HTTP route -------------------------------------------------------------------
@@ -444,17 +423,19 @@ _FORMATTER = logging.Formatter()
 _FILTER = RedactTokens()
 
 
-def install(worker: Worker, registry: HostRegistry) -> TickRoute:
-    """Serve ``/tick`` on the worker's HTTP server (404 until a token is configured)."""
-    assert worker.http is not None
-    route = TickRoute(Ticker(worker))
-    worker.http.routes[PATH] = route
-    for name in ("jobwarden.http", "jobwarden.tick"):
-        found = logging.getLogger(name)
-        if _FILTER not in found.filters:
-            found.addFilter(_FILTER)
-    token = configured_token()
-    if token is not None and len(token) < MIN_TOKEN_LENGTH:
-        logger.warning("the tick token is shorter than %d characters: use a long random one",
-                       MIN_TOKEN_LENGTH)
-    return route
+class TickExtension(Extension):
+    """Serves ``/tick`` on the worker's HTTP server (404 until a token is configured)."""
+
+    def __init__(self, worker: Worker, *, run_schedules: SchedulePass | None = None) -> None:
+        self.route = TickRoute(Ticker(worker, run_schedules=run_schedules))
+        for name in ("jobwarden.http", "jobwarden.tick"):
+            found = logging.getLogger(name)
+            if _FILTER not in found.filters:
+                found.addFilter(_FILTER)
+        token = configured_token()
+        if token is not None and len(token) < MIN_TOKEN_LENGTH:
+            logger.warning("the tick token is shorter than %d characters: use a long random "
+                           "one", MIN_TOKEN_LENGTH)
+
+    def routes(self) -> Mapping[str, Route]:
+        return {PATH: self.route}

@@ -8,7 +8,7 @@ import json
 import logging
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -17,8 +17,10 @@ import pytest
 
 import jobwarden
 from jobwarden import tick
+from jobwarden.assembly import build_worker
 from jobwarden.db.database import Database
 from jobwarden.settings import WorkerSettings
+from jobwarden.worker.extensions import Extension
 from jobwarden.worker.worker import Worker
 from tests.conftest import FAST, audit_rows
 from tests.support import testjobs
@@ -39,21 +41,37 @@ def ticked(dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("JOBWARDEN_TICK_TOKEN", TOKEN)
     database = Database(dsn, min_size=1, max_size=8)
-    worker = Worker(database, WorkerSettings(**{**FAST, "host": HOST, "http_port": 0,
-                                                "http_host": "127.0.0.1"}))
-    worker.claim_gate = lambda free: 0  # set before start: no claim of its own, ever
+    worker = build_worker(database, WorkerSettings(**{**FAST, "host": HOST, "http_port": 0,
+                                                      "http_host": "127.0.0.1"}),
+                          extra=[lambda _worker: _NoClaims()],  # no claim of its own, ever
+                          tick_schedules=lambda: schedule_runner())
     worker.start()
     yield worker
     worker.stop(timeout=5)
     database.close()
 
 
+class _NoClaims(Extension):
+    """A claim gate that lets nothing through: only ticks run jobs on this worker."""
+
+    def claim_gate(self, free: int) -> int:
+        return 0
+
+
+#: The schedule pass the ticked worker's ticks run (tests swap it; None: no schedules).
+_schedule_pass: list[Callable[[], object] | None] = [None]
+
+
+def schedule_runner() -> object:
+    run = _schedule_pass[0]
+    return None if run is None else run()
+
+
 @pytest.fixture(autouse=True)
 def _no_schedule_runner() -> Iterator[None]:
-    saved = tick.schedule_runner
-    tick.schedule_runner = None
+    _schedule_pass[0] = None
     yield
-    tick.schedule_runner = saved
+    _schedule_pass[0] = None
 
 
 def call(worker: Worker, method: str = "POST", target: str = "/tick", *,
@@ -250,10 +268,10 @@ def test_a_tick_running_in_another_process_on_the_host_makes_this_one_skip(
 
 def test_a_failed_tick_returns_only_a_request_id_and_logs_the_error(
         ticked: Worker, caplog: pytest.LogCaptureFixture) -> None:
-    def broken(db: Database) -> int:
+    def broken() -> int:
         raise RuntimeError("schedules table on fire 4711")
 
-    tick.schedule_runner = broken
+    _schedule_pass[0] = broken
     with caplog.at_level(logging.ERROR, logger="jobwarden.tick"):
         status, body = call(ticked)
 
@@ -272,7 +290,7 @@ def test_the_token_never_appears_in_the_logs(ticked: Worker, client: jobwarden.C
         call(ticked, "GET", f"/tick?token={TOKEN}&max_jobs=1", token=None)
         call(ticked)
         call(ticked, token=TOKEN + "-wrong")
-        tick.schedule_runner = lambda db: (_ for _ in ()).throw(ValueError(f"token {TOKEN}"))
+        _schedule_pass[0] = lambda: (_ for _ in ()).throw(ValueError(f"token {TOKEN}"))
         call(ticked)
 
     assert "/tick?token=[redacted]" in caplog.text  # the request line was logged ...
@@ -309,13 +327,13 @@ def test_a_tick_respects_the_host_cap(ticked: Worker, client: jobwarden.Client,
 
 def test_a_tick_reaps_and_runs_due_schedules(ticked: Worker, client: jobwarden.Client,
                                              db: Database) -> None:
-    calls: list[Database] = []
+    calls: list[str] = []
 
-    def schedules(database: Database) -> int:
-        calls.append(database)
+    def schedules() -> int:
+        calls.append("ran")
         return 3
 
-    tick.schedule_runner = schedules
+    _schedule_pass[0] = schedules
     stale = client.enqueue(testjobs.Record).id
     db.jobs.claim(host="dead-host", limit=1, grace_seconds=0.01)
     wait_for(lambda: db.row("db_now") is not None)  # claim expired on the database clock

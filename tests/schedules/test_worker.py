@@ -6,9 +6,6 @@ import datetime as dt
 import types
 from collections.abc import Callable
 
-import pytest
-
-from jobwarden import tick
 from jobwarden.client import Client
 from jobwarden.schedules import runner
 from jobwarden.settings import WorkerSettings
@@ -56,17 +53,15 @@ def test_replace_stops_the_running_previous_run_through_its_heartbeat(
              message="the second run cancelled")
 
 
-def test_installing_the_runner_adds_a_periodic_task_and_the_tick_routes_hook(
-        client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tick, "schedule_runner", None)
-    worker = types.SimpleNamespace(db=client.db, periodic=[],
+def test_the_schedule_extension_has_a_periodic_task_and_the_tick_pass(
+        client: Client) -> None:
+    worker = types.SimpleNamespace(db=client.db,
                                    settings=WorkerSettings(schedule_check_seconds=7, apps=()))
-    service = runner.install(worker)  # type: ignore[arg-type]
-    assert [(t.name, t.interval) for t in worker.periodic] == [("schedules", 7)]
-    assert service.tolerance_seconds >= 60
+    extension = runner.ScheduleExtension(worker)  # type: ignore[arg-type]
+    assert [(t.name, t.interval) for t in extension.periodic_tasks()] == [("schedules", 7)]
+    assert extension.service.tolerance_seconds >= 60
 
     client.schedules.upsert("ticked", interval="1m", job_class="tests.support.schedulejobs:Tick",
                             now=client.db.now() - dt.timedelta(minutes=2))
-    assert tick.schedule_runner is not None
-    assert tick.schedule_runner(client.db) == 1  # the newest missed slot (catch-up latest)
-    assert tick.schedule_runner(client.db) == 0
+    assert extension.tick_pass() == 1  # the newest missed slot (catch-up latest)
+    assert extension.tick_pass() == 0

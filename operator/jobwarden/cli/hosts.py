@@ -168,9 +168,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_tick(args: argparse.Namespace) -> int:
     import os
 
+    from jobwarden.assembly import build_ticker
     from jobwarden.db.database import Database
-    from jobwarden.tick import Ticker
-    from jobwarden.worker.worker import Worker
 
     apps = tuple(m.strip() for group in args.app for m in group.split(",") if m.strip()) or \
         tuple(m.strip() for m in os.environ.get("JOBWARDEN_APPS", "").split(",") if m.strip())
@@ -184,10 +183,9 @@ def cmd_tick(args: argparse.Namespace) -> int:
     db = Database(common.dsn(args), schema=common.schema(args), min_size=1, max_size=4,
                   verify=True)
     try:
-        worker = Worker(db, config)
+        ticker = build_ticker(db, config)
         try:
-            result = Ticker(worker, standalone=True).run(max_jobs=args.max_jobs,
-                                                         timeout=args.timeout)
+            result = ticker.run(max_jobs=args.max_jobs, timeout=args.timeout)
         except errors.JobwardenError:
             raise
         except Exception as exc:
@@ -195,7 +193,7 @@ def cmd_tick(args: argparse.Namespace) -> int:
             print(f"jobwarden: tick failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return EXIT_FAILURE
         finally:
-            worker.stop(timeout=0)
+            ticker.worker.stop(timeout=0)
     finally:
         db.close()
     if args.json:

@@ -81,15 +81,15 @@ def worker_settings(args: argparse.Namespace) -> settings.WorkerSettings:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    from jobwarden.assembly import build_worker
     from jobwarden.db.database import Database
-    from jobwarden.worker.worker import Worker
 
     config = worker_settings(args)
     db = Database(common.dsn(args), schema=common.schema(args), min_size=2,
                   application_name=f"jobwarden-worker:{config.host}"[:63],
                   max_size=max(4, min(config.concurrency + 4, 20)))
     try:
-        worker = Worker(db, config)
+        worker = build_worker(db, config)
         return worker.run()
     finally:
         db.close()

@@ -52,12 +52,13 @@ from jobwarden.schedules import expressions, planning
 from jobwarden.schedules.store import job_spec
 from jobwarden.structs.jobs import JobSpec
 from jobwarden.structs.schedules import DueSchedule, RunReport, SlotAdvance
+from jobwarden.worker.extensions import Extension, PeriodicTask
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Connection, Database
     from jobwarden.worker.worker import Worker
 
-__all__ = ["DEFAULT_BATCH", "ScheduleService", "enqueue_due", "install"]
+__all__ = ["DEFAULT_BATCH", "ScheduleExtension", "ScheduleService", "enqueue_due"]
 
 logger = logging.getLogger("jobwarden.schedules")
 
@@ -321,26 +322,33 @@ class ScheduleService:
         return total
 
 
-def install(worker: Worker) -> ScheduleService:
-    """Run schedules inside a worker: one PeriodicTask, and the tick route's hook.
+class ScheduleExtension(Extension):
+    """Schedules inside a worker: one periodic task, and the pass a tick runs.
 
     ``schedule_check_seconds = 0`` turns the runner off in this process; code
-    schedules are still synced (once), so other runners (the operator) see them.
+    schedules are still synced (once), so other runners (the operator) see them,
+    and the task retires itself (interval 0) once the sync succeeded.
     """
-    from jobwarden import tick
-    from jobwarden.worker.worker import PeriodicTask
 
-    check = worker.settings.schedule_check_seconds
-    service = ScheduleService(worker.db, check_seconds=check, modules=worker.settings.apps)
-    task = PeriodicTask(name="schedules", interval=check if check > 0 else 5.0, run=lambda: None)
+    def __init__(self, worker: Worker) -> None:
+        self.check_seconds = worker.settings.schedule_check_seconds
+        self.service = ScheduleService(worker.db, check_seconds=self.check_seconds,
+                                       modules=worker.settings.apps)
+        self.task = PeriodicTask(name="schedules",
+                                 interval=self.check_seconds if self.check_seconds > 0 else 5.0,
+                                 run=self._run)
 
-    def run() -> None:
-        service.run_once()
-        if check <= 0 and service.synced:
-            task.interval = 0  # sync done and the runner is off: nothing left to do
-    task.run = run
-    worker.periodic.append(task)
-    if check > 0:
-        tick.schedule_runner = lambda db: enqueue_due(
-            db, tolerance_seconds=service.tolerance_seconds).enqueued
-    return service
+    def _run(self) -> None:
+        self.service.run_once()
+        if self.check_seconds <= 0 and self.service.synced:
+            self.task.interval = 0  # sync done and the runner is off: nothing left to do
+
+    def periodic_tasks(self) -> Sequence[PeriodicTask]:
+        return (self.task,)
+
+    def tick_pass(self) -> int | None:
+        """One pass for a tick: the number of slots enqueued (None: the runner is off)."""
+        if self.check_seconds <= 0:
+            return None
+        return enqueue_due(self.service.db,
+                           tolerance_seconds=self.service.tolerance_seconds).enqueued

@@ -1,4 +1,4 @@
-"""The worker's HTTP endpoints: /metrics, /healthz, /readyz (and routes added by others).
+"""The worker's HTTP endpoints: /metrics, /healthz, /readyz (and the extensions' routes).
 
 A tiny threaded server from the standard library: probes and scrapes are a few
 requests per second, and it must keep answering while every job slot is busy,
@@ -11,7 +11,7 @@ import http.server
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -26,8 +26,9 @@ Handler = Callable[[str, str, str, dict[str, str], bytes], tuple[int, dict[str, 
 
 class HealthServer:
     def __init__(self, *, host: str, port: int, ready: Callable[[], tuple[bool, str]],
-                 healthy: Callable[[], tuple[bool, str]]) -> None:
-        self.routes: dict[str, Handler] = {}
+                 healthy: Callable[[], tuple[bool, str]],
+                 routes: Mapping[str, Handler] | None = None) -> None:
+        self.routes: dict[str, Handler] = dict(routes or {})
         server = self
 
         class _Handler(http.server.BaseHTTPRequestHandler):

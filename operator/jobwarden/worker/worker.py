@@ -6,8 +6,13 @@ Threads (all started and supervised in :meth:`Worker.start`):
 ``slot-N``     runs one attempt at a time (``concurrency`` of them).
 ``recorder``   writes outcomes, batched and fenced (see ``recorder.py``).
 ``heartbeat``  heartbeats every claim this process holds and enforces deadlines.
-``maintain``   periodic tasks: the reaper, and tasks other modules register.
+``maintain``   periodic tasks: the reaper, and the extensions' tasks.
 ``listen``     LISTEN for enqueue notifications (speed only; polling is the truth).
+
+Extensions (exclusive jobs, the host registry, the schedule runner, the tick
+route) change how the worker claims, runs, heartbeats and stops only through
+the hooks of :class:`jobwarden.worker.extensions.WorkerExtension`; the worker
+never imports one. :mod:`jobwarden.assembly` builds a worker with its extensions.
 
 A thread that dies unexpectedly stops the process loudly (exit code 70) rather
 than leaving a half-alive worker that claims jobs it will never finish.
@@ -29,13 +34,12 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
-from jobwarden import definitions, errors, exclusive, hosts, metrics, reaper
+from jobwarden import definitions, errors, metrics, reaper
 from jobwarden.db.database import Database
-from jobwarden.schedules import runner as schedules_runner
 from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.policies import FailureReason
@@ -51,6 +55,8 @@ from jobwarden.worker.context import (
     Released,
     Succeeded,
 )
+from jobwarden.worker.extensions import CallNext, PeriodicTask, WorkerExtension
+from jobwarden.worker.heartbeats import Heartbeater
 from jobwarden.worker.http import HealthServer
 from jobwarden.worker.recorder import Recorder
 
@@ -74,18 +80,22 @@ class FailureEvent:
     error: str
 
 
-@dataclasses.dataclass
-class PeriodicTask:
-    """Work the maintenance thread runs every ``interval`` seconds (with jitter)."""
+__all__ = ["EXIT_CRASHED", "EXIT_OK", "ExtensionFactory", "FailureEvent", "PeriodicTask",
+           "Worker"]
 
-    name: str
-    interval: float
-    run: Callable[[], object]
-    next_at: float = 0.0
+E = TypeVar("E")
 
 
 class Worker:
-    def __init__(self, db: Database, settings: WorkerSettings) -> None:
+    """One worker process's engine; see the module docstring.
+
+    ``extensions`` are factories called once, in order, with this worker once its
+    own parts exist; the order is the order of their hooks (the first extension's
+    ``around_attempt`` is the outermost).
+    """
+
+    def __init__(self, db: Database, settings: WorkerSettings, *,
+                 extensions: Sequence[ExtensionFactory] = ()) -> None:
         self.db = db
         self.settings = settings
         self.host = settings.host
@@ -122,32 +132,25 @@ class Worker:
         self.recorder = Recorder(db, on_recorded=self._recorded, backoff=self._backoff,
                                  result_max_bytes=settings.result_max_bytes,
                                  db_state=self._set_db_state)
+        self.extensions: tuple[WorkerExtension, ...] = tuple(
+            factory(self) for factory in extensions)
+        #: Claims lock the host row and honour its cap (the host registry asks for it).
+        self.capped_claims = any(ext.caps_claims for ext in self.extensions)
+        self.heartbeater = Heartbeater(db, grace_seconds=settings.heartbeat_grace,
+                                       extensions=self.extensions, db_state=self._set_db_state,
+                                       timed_out=self._time_out)
         self.periodic: list[PeriodicTask] = [
             PeriodicTask(name="reaper", interval=settings.reap_interval, run=self.reap),
+            *(task for ext in self.extensions for task in ext.periodic_tasks()),
         ]
-        #: Called before each claim with the number of free slots; returns how many
-        #: may be claimed (the host registry uses it for drain and the per-host cap).
-        self.claim_gate: Callable[[int], int] = lambda free: free
-        #: Claims go through the host registry's row lock (drain, per-host cap).
-        self.capped_claims = False
-        #: Called when a stop begins, and once the worker has stopped (self-drain,
-        #: deregistration).
-        self.on_stopping: list[Callable[[], None]] = []
-        self.on_stopped: list[Callable[[], None]] = []
-        #: Called in the slot thread before perform; may return an outcome instead of
-        #: running (a busy lease), and the callback to run after perform.
-        self.guards: list[Callable[[Attempt, type[definitions.Job]], Outcome | None]] = []
-        self.finalizers: list[Callable[[Attempt], None]] = []
-        #: Called in the heartbeat thread after each batch heartbeat of running claims.
-        self.heartbeat_extensions: list[Callable[[list[Attempt]], None]] = []
         self.http: HealthServer | None = None
         if settings.http_port is not None:
+            routes = {path: route for ext in self.extensions
+                      for path, route in ext.routes().items()}
             self.http = HealthServer(host=settings.http_host, port=settings.http_port,
-                                     ready=self.readiness, healthy=self.liveness)
+                                     ready=self.readiness, healthy=self.liveness,
+                                     routes=routes)
         metrics.WORKER_SLOTS.set(settings.concurrency)
-        self.exclusive = exclusive.install(self)  # leases of exclusive jobs (after runner)
-        hosts.install(self)
-        self.schedules = schedules_runner.install(self)  # code sync + runner (PeriodicTask)
 
     # -- public --------------------------------------------------------------------
 
@@ -219,6 +222,10 @@ class Worker:
     def wake(self) -> None:
         self._wake.set()
 
+    def extension(self, kind: type[E]) -> E | None:
+        """The extension of that class this worker was built with (tests, the CLI)."""
+        return next((ext for ext in self.extensions if isinstance(ext, kind)), None)
+
     # -- threads -------------------------------------------------------------------
 
     def _spawn(self, name: str, target: Callable[[], None], *, critical: bool = True) -> None:
@@ -267,7 +274,7 @@ class Worker:
             # claim is in flight must still wake the wait below.
             self._wake.clear()
             try:
-                limit = self.claim_gate(free)
+                limit = self._claim_gate(free)
                 claimed = self.db.jobs.claim(
                     host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
                     queues=self.settings.queues or None, host_cap=self.capped_claims,
@@ -285,6 +292,12 @@ class Worker:
             if claimed and len(claimed) >= limit:
                 continue  # probably more due: claim again as soon as slots free up
             self._wake.wait(self.settings.poll_interval)
+
+    def _claim_gate(self, free: int) -> int:
+        """How many jobs may be claimed now: each extension may lower the count."""
+        for ext in self.extensions:
+            free = ext.claim_gate(free)
+        return free
 
     def _prefetch(self) -> int:
         """How many jobs to hold claimed beyond the free slots right now."""
@@ -345,84 +358,52 @@ class Worker:
         except errors.UnknownJob as exc:
             return self._submit(attempt, execution.failure_from(exc, attempt))
         attempt.job_class = job_class  # the recorder's backoff and hooks reuse it
-        for guard in self.guards:
-            early = guard(attempt, job_class)
-            if early is not None:
-                return self._submit(attempt, early)
-        attempt.start(thread_id=threading.get_ident())
-        running = metrics.JOBS_RUNNING.labels(claim.queue)
-        running.inc()
-        started = time.perf_counter()
-        try:
-            outcome = self.runner.run(attempt, job_class, AttemptContext(attempt, self._beat_one))
-        finally:
-            running.dec()
-            metrics.JOB_DURATION.labels(claim.queue, claim.job_class).observe(
-                time.perf_counter() - started
-            )
-            for finalizer in self.finalizers:
-                try:
-                    finalizer(attempt)
-                except Exception:
-                    logger.exception("finalizer failed for job %d", claim.id)
-        self._submit(attempt, outcome)
+
+        def perform(context: AttemptContext) -> Outcome:
+            attempt.start(thread_id=threading.get_ident())
+            running = metrics.JOBS_RUNNING.labels(claim.queue)
+            running.inc()
+            started = time.perf_counter()
+            try:
+                return self.runner.run(attempt, job_class, context)
+            finally:
+                running.dec()
+                metrics.JOB_DURATION.labels(claim.queue, claim.job_class).observe(
+                    time.perf_counter() - started
+                )
+
+        # The extensions wrap the attempt, the first one outermost (River's middleware):
+        # each may answer without calling the next link (a busy lease never starts).
+        call: CallNext = perform
+        for ext in reversed(self.extensions):
+            call = _link(ext, attempt, job_class, call)
+        self._submit(attempt, call(AttemptContext(attempt, self.heartbeater.one)))
 
     def _submit(self, attempt: Attempt, outcome: Outcome) -> None:
         if attempt.settle(outcome):
             self.recorder.submit(attempt)
 
-    def _beat_one(self, attempt: Attempt) -> tuple[bool, bool]:
-        ack = self.db.jobs.heartbeat_many([(attempt.claim.id, attempt.claim.claim_token)],
-                                          grace_seconds=self.settings.heartbeat_grace)
-        return attempt.claim.id in ack.alive, attempt.claim.id in ack.cancel_requested
+    def _time_out(self, attempt: Attempt) -> None:
+        """An attempt ran past its hard deadline: a failed attempt, and its code stopped."""
+        self._submit(attempt, execution.failure_from(errors.JobTimeout("timeout"), attempt))
+        self.runner.interrupt(attempt)
 
     def _heartbeat_loop(self) -> None:
         next_beat = time.monotonic() + self.settings.heartbeat_interval
         while not self._stopped.is_set():
             now = time.monotonic()
-            for attempt in self.active():
-                if attempt.timed_out(now):
-                    self._submit(attempt, execution.failure_from(
-                        errors.JobTimeout("timeout"), attempt))
-                    self.runner.interrupt(attempt)
+            self.heartbeater.enforce_deadlines(self.active(), now)
             if now >= next_beat:
                 next_beat = now + self.settings.heartbeat_interval
                 self._heartbeat_all()
             self._stopped.wait(0.1)
 
     def _heartbeat_all(self) -> None:
-        attempts = self.active()
-        if not attempts:
-            return
-        try:
-            ack = self.db.jobs.heartbeat_many(
-                [(a.claim.id, a.claim.claim_token) for a in attempts],
-                grace_seconds=self.settings.heartbeat_grace,
-            )
-            self._set_db_state(True)
-        except errors.DatabaseUnavailable as exc:
-            self._set_db_state(False)
-            logger.warning("heartbeat failed: %s", exc)
-            return
+        self.heartbeater.beat(self.active(), tracked=self._tracked)
+
+    def _tracked(self, attempt: Attempt) -> bool:
         with self._active_lock:
-            still_active = set(self._active)
-        for attempt in attempts:
-            # An attempt whose outcome is settled may have just been written (and so is
-            # no longer processing): only an unsettled one can have lost its claim here.
-            # A settled one that did lose it is fenced by its own write.
-            if attempt.claim.id not in ack.alive and attempt.claim.id in still_active \
-                    and attempt.outcome is None and not attempt.fenced:
-                attempt.fenced = True
-                logger.warning("job %d attempt %d lost its claim (reaped elsewhere)",
-                               attempt.claim.id, attempt.claim.attempt)
-            if attempt.claim.id in ack.cancel_requested:
-                attempt.cancel_requested = True
-        alive = [a for a in attempts if a.claim.id in ack.alive]
-        for extension in self.heartbeat_extensions:
-            try:
-                extension(alive)
-            except Exception:
-                logger.exception("heartbeat extension failed")
+            return attempt.claim.id in self._active
 
     def _maintenance_loop(self) -> None:
         for task in self.periodic:
@@ -551,13 +532,12 @@ class Worker:
                 return EXIT_CRASHED if self._crash else EXIT_OK
             return self._shutdown_locked(timeout)
 
-    @staticmethod
-    def _call_all(callbacks: list[Callable[[], None]]) -> None:
-        for callback in callbacks:
+    def _call_all(self, hook: str) -> None:
+        for ext in self.extensions:
             try:
-                callback()
+                getattr(ext, hook)()
             except Exception:
-                logger.exception("shutdown callback %r failed", callback)
+                logger.exception("%s of %s failed", hook, type(ext).__name__)
 
     def _release_unstarted(self) -> None:
         """Claimed but not started: back to pending at once, attempt refunded."""
@@ -572,7 +552,7 @@ class Worker:
     def _shutdown_locked(self, timeout: float | None) -> int:
         grace = self.settings.shutdown_grace if timeout is None else timeout
         deadline = time.monotonic() + grace
-        self._call_all(self.on_stopping)
+        self._call_all("on_stopping")
         self._wake.set()
         for thread in self._threads:
             if thread.name == "jobwarden-fetch":
@@ -593,7 +573,17 @@ class Worker:
         if self.http is not None:
             self.http.close()
         self.runner.close()
-        self._call_all(self.on_stopped)
+        self._call_all("on_stopped")
         self._hooks.shutdown(wait=False)
         logger.info("worker %s stopped", self.host)
         return EXIT_CRASHED if self._crash else EXIT_OK
+
+
+#: Builds one extension for a worker (called once, from ``Worker.__init__``).
+ExtensionFactory = Callable[[Worker], WorkerExtension]
+
+
+def _link(ext: WorkerExtension, attempt: Attempt, job_class: type[definitions.Job],
+          call_next: CallNext) -> CallNext:
+    """One link of the attempt chain: ``ext`` around everything after it."""
+    return lambda context: ext.around_attempt(attempt, job_class, context, call_next)

@@ -1,0 +1,75 @@
+"""The composition root: the one place that builds a worker with its extensions.
+
+Everything that changes how a worker claims, runs or stops is a
+:class:`~jobwarden.worker.extensions.WorkerExtension`, and this module is the
+only one that knows them all. ``jobwarden worker``, ``jobwarden tick``,
+``jobwarden dev`` (through ``jobwarden worker``), the benchmarks and the tests
+all build workers here, so each runs with the same parts in the same order:
+
+1. exclusive jobs (leases): outermost around an attempt, so a busy lease
+   answers before anything else runs and the lease is released last;
+2. the host registry: drain, per-host cap, self-drain and deregistration;
+3. the schedule runner: code-schedule sync and due slots, periodically;
+4. the ``/tick`` route, when the worker serves HTTP; its ticks run the same
+   schedule pass as the runner of step 3.
+
+Nothing here is module state: two workers in one process (tests, ``jobwarden
+dev`` in-process) each get their own extensions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from jobwarden.db.database import Database
+from jobwarden.exclusive import ExclusiveJobs
+from jobwarden.hosts import HostRegistry
+from jobwarden.schedules.runner import ScheduleExtension
+from jobwarden.settings import WorkerSettings
+from jobwarden.tick import SchedulePass, Ticker, TickExtension
+from jobwarden.worker.extensions import WorkerExtension
+from jobwarden.worker.worker import ExtensionFactory, Worker
+
+__all__ = ["build_ticker", "build_worker"]
+
+
+class _Schedules:
+    """The schedule extension, built once per worker and shared with its tick route."""
+
+    def __init__(self, override: SchedulePass | None) -> None:
+        self.extension: ScheduleExtension | None = None
+        self.override = override
+
+    def build(self, worker: Worker) -> WorkerExtension:
+        self.extension = ScheduleExtension(worker)
+        return self.extension
+
+    def tick_pass(self) -> object:
+        if self.override is not None:
+            return self.override()
+        return self.extension.tick_pass() if self.extension is not None else None
+
+
+def build_worker(db: Database, settings: WorkerSettings, *,
+                 extra: Sequence[ExtensionFactory] = (),
+                 tick_schedules: SchedulePass | None = None) -> Worker:
+    """A worker with every standard extension, then ``extra`` (innermost).
+
+    ``tick_schedules`` replaces the schedule pass a tick runs (tests observe or
+    break it without touching the schedules table).
+    """
+    schedules = _Schedules(tick_schedules)
+    factories: list[ExtensionFactory] = [ExclusiveJobs.for_worker, HostRegistry,
+                                         schedules.build]
+    if settings.http_port is not None:
+        factories.append(lambda worker: TickExtension(worker,
+                                                      run_schedules=schedules.tick_pass))
+    return Worker(db, settings, extensions=[*factories, *extra])
+
+
+def build_ticker(db: Database, settings: WorkerSettings) -> Ticker:
+    """``jobwarden tick``: a worker that is never started, and a ticker driving it."""
+    schedules = _Schedules(None)
+    worker = Worker(db, settings, extensions=[ExclusiveJobs.for_worker, HostRegistry,
+                                              schedules.build])
+    return Ticker(worker, standalone=True, run_schedules=schedules.tick_pass)

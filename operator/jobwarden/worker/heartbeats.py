@@ -1,0 +1,90 @@
+"""Heartbeats: keep a worker's claims alive, notice the ones it lost, enforce deadlines.
+
+One :class:`Heartbeater` per worker. The worker's ``heartbeat`` thread calls it
+for every active attempt; a tick (``jobwarden tick`` or the ``/tick`` route)
+calls the same object for the one attempt it runs, so both heartbeat, fence,
+cancel, time out and renew extension state (leases) in exactly the same way.
+
+A claim the database no longer acknowledges was reaped elsewhere: the attempt
+is marked fenced (its outcome write will be refused and counted). A cancel
+request (``jobwarden jobs cancel``) is passed on to the attempt, whose next
+``Job.heartbeat()`` raises. Extensions get the attempts still alive after each
+batch (lease renewal).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+
+from jobwarden import errors
+from jobwarden.db.database import Database
+from jobwarden.worker.context import Attempt
+from jobwarden.worker.extensions import WorkerExtension
+
+logger = logging.getLogger("jobwarden.worker")
+
+
+class Heartbeater:
+    """Batch heartbeats and deadline checks for a set of attempts (one worker's)."""
+
+    def __init__(self, db: Database, *, grace_seconds: float,
+                 extensions: Sequence[WorkerExtension],
+                 db_state: Callable[[bool], None],
+                 timed_out: Callable[[Attempt], None]) -> None:
+        self._db = db
+        self._grace = grace_seconds
+        self._extensions = extensions
+        self._db_state = db_state
+        self._timed_out = timed_out
+
+    def one(self, attempt: Attempt) -> tuple[bool, bool]:
+        """``Job.heartbeat()`` inside perform: (still ours, cancel requested); may raise."""
+        ack = self._db.jobs.heartbeat_many([(attempt.claim.id, attempt.claim.claim_token)],
+                                           grace_seconds=self._grace)
+        return attempt.claim.id in ack.alive, attempt.claim.id in ack.cancel_requested
+
+    def enforce_deadlines(self, attempts: Sequence[Attempt], now: float) -> None:
+        """Time out every attempt past its hard deadline (the callback stops it)."""
+        for attempt in attempts:
+            if attempt.timed_out(now):
+                self._timed_out(attempt)
+
+    def beat(self, attempts: Sequence[Attempt],
+             tracked: Callable[[Attempt], bool] = lambda _attempt: True) -> None:
+        """Heartbeat ``attempts`` in one statement; mark lost claims; run extensions.
+
+        ``tracked`` says whether an attempt is still the caller's at the time of
+        the answer (the worker forgets an attempt once its outcome was written).
+        """
+        if not attempts:
+            return
+        try:
+            ack = self._db.jobs.heartbeat_many(
+                [(a.claim.id, a.claim.claim_token) for a in attempts],
+                grace_seconds=self._grace,
+            )
+            self._db_state(True)
+        except errors.DatabaseUnavailable as exc:
+            self._db_state(False)
+            logger.warning("heartbeat failed: %s", exc)
+            return
+        for attempt in attempts:
+            # An attempt whose outcome is settled may have just been written (and so is
+            # no longer processing): only an unsettled one can have lost its claim here.
+            # A settled one that did lose it is fenced by its own write.
+            if attempt.claim.id not in ack.alive and tracked(attempt) \
+                    and attempt.outcome is None and not attempt.fenced:
+                attempt.fenced = True
+                logger.warning("job %d attempt %d lost its claim (reaped elsewhere)",
+                               attempt.claim.id, attempt.claim.attempt)
+            if attempt.claim.id in ack.cancel_requested:
+                attempt.cancel_requested = True
+        alive = [a for a in attempts if a.claim.id in ack.alive]
+        for extension in self._extensions:
+            try:
+                extension.heartbeat(alive)
+            except Exception:
+                logger.exception("heartbeat extension %s failed", type(extension).__name__)
+
+
