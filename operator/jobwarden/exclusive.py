@@ -42,8 +42,8 @@ from typing import TYPE_CHECKING, Any
 
 from jobwarden import definitions, errors, metrics
 from jobwarden.db.leases import lease_name
-from jobwarden.leases import LeaseKind
-from jobwarden.structs.leases import HeldLease
+from jobwarden.leases import LeaseHolder, LeaseKind, LeaseNotReleased
+from jobwarden.structs.leases import Acquisition
 from jobwarden.worker.context import (
     Attempt,
     AttemptContext,
@@ -113,15 +113,22 @@ def job_lease(job_class: type[definitions.Job], data: Any,
     return None
 
 
-@dataclasses.dataclass
-class _Held:
-    name: str
-    kind: LeaseKind
-    owner: str
-    token: int
-    window: float
-    renewed_at: float
-    lost: bool = False
+class _Held(LeaseHolder):
+    """An attempt's lease: the shared holder, and the job it is held for (for the logs)."""
+
+    def __init__(self, db: Database, acquisition: Acquisition, *, attempt: Attempt,
+                 owner: str, window: float, kind: LeaseKind, requested_at: float) -> None:
+        super().__init__(db, acquisition, owner=owner, ttl=window, kind=kind,
+                         requested_at=requested_at)
+        self.attempt = attempt
+        #: Where it was found lost (renewal or release), for the warning.
+        self.lost_at = "renewal"
+
+    def _on_lost(self) -> None:
+        claim = self.attempt.claim
+        logger.warning("job %d (%s) attempt %d lost lease %r (token %d) at %s: another owner "
+                       "took it over while the job was running", claim.id, claim.job_class,
+                       claim.attempt, self.name, self.token, self.lost_at)
 
 
 class ExclusiveJobs(Extension):
@@ -162,6 +169,7 @@ class ExclusiveJobs(Extension):
         name, kind = wanted
         window = claim.lease_ttl_seconds or lease_window(claim.timeout_seconds)
         owner = str(claim.claim_token)
+        sent = time.monotonic()
         try:
             found = self._db.leases.try_acquire(
                 name=name, owner=owner, ttl_seconds=window, host=self._host,
@@ -174,11 +182,10 @@ class ExclusiveJobs(Extension):
             assert found.token is not None
             attempt.lease_name = name
             attempt.lease_token = found.token
+            held = _Held(self._db, found, attempt=attempt, owner=owner, window=window,
+                         kind=kind, requested_at=sent)
             with self._lock:
-                self._held[claim.id] = _Held(name=name, kind=kind, owner=owner,
-                                             token=found.token, window=window,
-                                             renewed_at=time.monotonic())
-            metrics.LEASES_HELD.labels(kind).inc()
+                self._held[claim.id] = held
             return None
         metrics.LEASE_BUSY.labels(kind).inc()
         holder = f"{found.holder or 'another owner'}" + (
@@ -230,20 +237,17 @@ class ExclusiveJobs(Extension):
                      if a.claim.id in self._held and not self._held[a.claim.id].lost]
         if not pairs:
             return
-        kept = self._db.leases.renew_many([
-            HeldLease(name=h.name, slot=0, owner=h.owner, token=h.token, ttl_seconds=h.window)
-            for _, h in pairs
-        ])
-        now = time.monotonic()
+        sent = time.monotonic()
+        kept = self._db.leases.renew_many([held.as_held() for _, held in pairs])
         for attempt, held in pairs:
-            if (held.name, 0, held.token) in kept:
-                held.renewed_at = now
+            if (held.name, held.slot, held.token) in kept:
+                held.extended(sent)
                 continue
             with self._lock:
                 # Released by its slot meanwhile: not lost, just over.
                 current = self._held.get(attempt.claim.id) is held
             if current:
-                self._lost(attempt, held, "renewal")
+                held.mark_lost()
 
     def renew_one(self, attempt: Attempt) -> None:
         """From ``Job.heartbeat()`` inside perform, throttled; never raises."""
@@ -252,50 +256,32 @@ class ExclusiveJobs(Extension):
                 < IN_PERFORM_RENEW_SECONDS:
             return
         try:
-            renewal = self._db.leases.renew(name=held.name, owner=held.owner, token=held.token,
-                                            ttl_seconds=held.window)
+            held.extend()
         except errors.DatabaseUnavailable as exc:
             logger.debug("lease renewal failed: %s", exc)
-            return
-        if renewal is None:
-            self._lost(attempt, held, "renewal")
-        else:
-            held.renewed_at = time.monotonic()
 
     # -- release: after perform ----------------------------------------------------------
 
     def release(self, attempt: Attempt) -> bool:
-        """Release the attempt's lease; True when it had been lost before the end."""
+        """Release the attempt's lease; True when it had been lost before the end.
+
+        The slot does not wait for an unreachable database: after one failed try
+        the lease is left to expire (its window), and no longer counted as held.
+        """
         with self._lock:
             held = self._held.pop(attempt.claim.id, None)
         if held is None:
             return False
         if not held.lost:
+            held.lost_at = "release"
             try:
-                ok = self._db.leases.release(name=held.name, owner=held.owner,
-                                             token=held.token)
-            except errors.DatabaseUnavailable as exc:
+                held.release(retry_seconds=0)
+            except LeaseNotReleased as exc:
                 logger.warning("job %d: could not release lease %r (it will expire): %s",
                                attempt.claim.id, held.name, exc)
-                metrics.LEASES_HELD.labels(held.kind).dec()
+                held.abandon()
                 return False
-            if ok:
-                metrics.LEASES_HELD.labels(held.kind).dec()
-            else:
-                self._lost(attempt, held, "release")
         return held.lost
-
-    def _lost(self, attempt: Attempt, held: _Held, when: str) -> None:
-        with self._lock:
-            if held.lost:
-                return
-            held.lost = True
-        metrics.LEASES_HELD.labels(held.kind).dec()
-        metrics.LEASE_LOST.labels(held.kind).inc()
-        logger.warning("job %d (%s) attempt %d lost lease %r (token %d) at %s: another owner "
-                       "took it over while the job was running", attempt.claim.id,
-                       attempt.claim.job_class, attempt.claim.attempt, held.name, held.token,
-                       when)
 
 
 class _RenewingContext(AttemptContext):

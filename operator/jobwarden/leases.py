@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast
 
 from jobwarden import errors, metrics, settings
 from jobwarden.db.leases import check_ttl
-from jobwarden.structs.leases import Acquisition
+from jobwarden.structs.leases import Acquisition, HeldLease
 from jobwarden.structs.policies import LockOnBusy
 
 if TYPE_CHECKING:
@@ -180,11 +180,22 @@ def acquire(db: Database, *, name: str, owner: str, ttl: float, wait: float = 0.
             released.wait(min(left, max(found.retry_after, 0.005), POLL_CAP_SECONDS))
 
 
-class Lease:
-    """A held lease. Use it as a context manager (or call :meth:`release`)."""
+class LeaseHolder:
+    """One held lease's bookkeeping: renew, release, lost -- the same for every holder.
+
+    The standalone :class:`Lease`, an exclusive job's lease (``exclusive.py``) and
+    an operator loop's lease (``controller/periodic.py``) all hold a lease row the
+    same way, so they share this class: a conservative local deadline (counted
+    from before the request that set it, so it ends no later than the database's
+    expiry), owner- and token-fenced renewal, an honest release (released only
+    once the database confirmed it; retried, then :class:`LeaseNotReleased`), and
+    one place that turns "another owner took it over" into ``lost`` and the
+    ``leases_held`` / ``lease_lost`` metrics (``counted=False`` keeps a lease out of
+    the metrics: the operator's loop leases are not job or lock leases).
+    """
 
     def __init__(self, db: Database, acquisition: Acquisition, *, owner: str, ttl: float,
-                 kind: LeaseKind, requested_at: float, on_event: EventCallback | None) -> None:
+                 kind: LeaseKind, requested_at: float, counted: bool = True) -> None:
         assert acquisition.acquired and acquisition.token is not None
         self._db = db
         self.name = acquisition.name
@@ -193,23 +204,24 @@ class Lease:
         self.owner = owner
         self.ttl = ttl
         self.kind: LeaseKind = kind
+        self.counted = counted
         #: The database's expiry (renew moves it).
         self.expires_at: datetime.datetime | None = acquisition.expires_at
         # Counted from before the request was sent, so it ends no later than the
         # database's expiry whatever the round-trip time.
         self._deadline = requested_at + acquisition.remaining_seconds
-        self._on_event = on_event
+        #: When (monotonic) the last request that extended the lease was sent.
+        self.renewed_at = requested_at
         self._lock = threading.Lock()
         self._release_lock = threading.Lock()
         self.released = False
         self.lost = False
-        metrics.LEASES_HELD.labels(kind).inc()
-        emit(LeaseEvent(event="lease_acquired", name=self.name, kind=kind, owner=owner,
-                        token=self.token), on_event)
+        if counted:
+            metrics.LEASES_HELD.labels(kind).inc()
 
     def __repr__(self) -> str:
         state = "lost" if self.lost else "released" if self.released else "held"
-        return f"<Lease {self.name!r} slot={self.slot} token={self.token} {state}>"
+        return f"<{type(self).__name__} {self.name!r} slot={self.slot} token={self.token} {state}>"
 
     @property
     def held(self) -> bool:
@@ -223,25 +235,37 @@ class Lease:
             return 0.0
         return max(self._deadline - time.monotonic(), 0.0)
 
-    def renew(self, ttl: float | None = None) -> None:
-        """Extend to ``ttl`` (default: the original ttl) from now; raises LeaseLost."""
-        new_ttl = check_ttl(ttl) if ttl is not None else self.ttl
-        if self.lost:
-            raise LeaseLost(self.name, self.token)
-        if self.released:
-            raise errors.JobwardenError(f"lease {self.name!r} was already released")
+    def as_held(self) -> HeldLease:
+        """What a batch renewal (``db.leases.renew_many``) needs to know about it."""
+        return HeldLease(name=self.name, slot=self.slot, owner=self.owner, token=self.token,
+                         ttl_seconds=self.ttl)
+
+    def extend(self, ttl: float | None = None) -> bool:
+        """Renew to ``ttl`` (default: the current ttl) from now; False once lost.
+
+        A renewal that finds the row no longer ours marks the lease lost (see
+        :meth:`mark_lost`); a database error propagates and changes nothing.
+        """
+        new_ttl = self.ttl if ttl is None else ttl
         sent = time.monotonic()
         renewal = self._db.leases.renew(name=self.name, slot=self.slot, owner=self.owner,
                                         token=self.token, ttl_seconds=new_ttl)
         if renewal is None:
-            self._mark_lost()
-            raise LeaseLost(self.name, self.token)
+            self.mark_lost()
+            return False
         self.ttl = new_ttl
         self._deadline = sent + renewal.remaining_seconds
+        self.renewed_at = sent
         self.expires_at = renewal.expires_at
+        return True
+
+    def extended(self, sent: float) -> None:
+        """A batch renewal sent at ``sent`` kept this lease: it lasts a ttl from then."""
+        self._deadline = max(self._deadline, sent + self.ttl)
+        self.renewed_at = sent
 
     def release(self, *, retry_seconds: float | None = None) -> bool:
-        """Free the lease; False (and ``lease_lost``) if another owner had taken it over.
+        """Free the lease; False (and ``lost``) if another owner had taken it over.
 
         Honest about the database: the lease counts as released only once a
         release statement was seen to commit. A failed call (database away, reply
@@ -280,18 +304,63 @@ class Lease:
             if ok:
                 with self._lock:
                     self.released = True
-                metrics.LEASES_HELD.labels(self.kind).dec()
+                if self.counted:
+                    metrics.LEASES_HELD.labels(self.kind).dec()
             else:
-                self._mark_lost()
+                self.mark_lost()
             return ok
 
-    def _mark_lost(self) -> None:
+    def abandon(self) -> None:
+        """Stop holding it here without a release: the row lapses at its ttl.
+
+        For a holder that cannot wait for the database (a job slot after a failed
+        release): the lease no longer counts as held by this process.
+        """
         with self._lock:
-            if self.lost:
+            if self.released or self.lost:
                 return
+            self.released = True
+        if self.counted:
+            metrics.LEASES_HELD.labels(self.kind).dec()
+
+    def mark_lost(self) -> bool:
+        """Another owner took it over: count it once; True for the call that marked it."""
+        with self._lock:
+            if self.lost or self.released:
+                return False
             self.lost = True
-        metrics.LEASES_HELD.labels(self.kind).dec()
-        metrics.LEASE_LOST.labels(self.kind).inc()
+        if self.counted:
+            metrics.LEASES_HELD.labels(self.kind).dec()
+            metrics.LEASE_LOST.labels(self.kind).inc()
+        self._on_lost()
+        return True
+
+    def _on_lost(self) -> None:
+        """What a subclass adds when the lease is first marked lost (telemetry, a log line)."""
+
+
+class Lease(LeaseHolder):
+    """A held lease of the standalone API. Use it as a context manager (or :meth:`release`)."""
+
+    def __init__(self, db: Database, acquisition: Acquisition, *, owner: str, ttl: float,
+                 kind: LeaseKind, requested_at: float, on_event: EventCallback | None) -> None:
+        super().__init__(db, acquisition, owner=owner, ttl=ttl, kind=kind,
+                         requested_at=requested_at)
+        self._on_event = on_event
+        emit(LeaseEvent(event="lease_acquired", name=self.name, kind=kind, owner=owner,
+                        token=self.token), on_event)
+
+    def renew(self, ttl: float | None = None) -> None:
+        """Extend to ``ttl`` (default: the original ttl) from now; raises LeaseLost."""
+        new_ttl = check_ttl(ttl) if ttl is not None else self.ttl
+        if self.lost:
+            raise LeaseLost(self.name, self.token)
+        if self.released:
+            raise errors.JobwardenError(f"lease {self.name!r} was already released")
+        if not self.extend(new_ttl):
+            raise LeaseLost(self.name, self.token)
+
+    def _on_lost(self) -> None:
         logger.warning("lease %r (token %d) was taken over by another owner before its "
                        "holder finished", self.name, self.token)
         emit(LeaseEvent(event="lease_lost", name=self.name, kind=self.kind, owner=self.owner,

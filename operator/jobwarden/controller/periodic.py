@@ -24,15 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
-import random
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
-from jobwarden import errors, metrics, reaper
+from jobwarden import errors, leases, metrics, reaper
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
+from jobwarden.looping import PeriodicRunner, PeriodicTask
 from jobwarden.schedules import runner
 from jobwarden.structs.states import JobStatus
 
@@ -42,7 +44,7 @@ LEASE_PREFIX = "operator:"
 
 
 class LoopLease:
-    """An owner-fenced database lease this process tries to hold for one loop."""
+    """The database lease this process tries to hold for one loop (the shared holder)."""
 
     def __init__(self, db: Database, *, name: str, owner: str, host: str, ttl: float) -> None:
         self._db = db
@@ -50,39 +52,48 @@ class LoopLease:
         self._owner = owner
         self._host = host
         self._ttl = ttl
-        self.token: int | None = None
+        self._holder: leases.LeaseHolder | None = None
+
+    @property
+    def token(self) -> int | None:
+        return self._holder.token if self._holder is not None else None
 
     @property
     def held(self) -> bool:
-        return self.token is not None
+        return self._holder is not None
 
     def hold(self) -> bool:
         """Renew the lease if held, else try to take it; True when this process holds it."""
-        if self.token is not None:
-            renewed = self._db.leases.renew(name=self.name, owner=self._owner, token=self.token,
-                                            ttl_seconds=self._ttl)
-            if renewed is not None:
+        if self._holder is not None:
+            if self._holder.extend():
                 return True
             logger.warning("lost lease %s (token %d): another operator took over", self.name,
-                           self.token)
-            self.token = None
+                           self._holder.token)
+            self._holder = None
+        sent = time.monotonic()
         found = self._db.leases.try_acquire(name=self.name, owner=self._owner,
                                             ttl_seconds=self._ttl, host=self._host)
         if found.acquired:
-            self.token = found.token
+            self._holder = leases.LeaseHolder(self._db, found, owner=self._owner,
+                                              ttl=self._ttl, kind="lock", requested_at=sent,
+                                              counted=False)
             logger.info("holding lease %s (token %s): this operator runs the loop", self.name,
                         found.token)
             return True
         return False
 
+    def forget(self) -> None:
+        """The lease table is out of reach: stop counting on the lease (it may lapse)."""
+        self._holder = None
+
     def release(self) -> None:
-        if self.token is None:
+        holder, self._holder = self._holder, None
+        if holder is None:
             return
         try:
-            self._db.leases.release(name=self.name, owner=self._owner, token=self.token)
+            holder.release(retry_seconds=0)
         except errors.JobwardenError as exc:
             logger.warning("could not release lease %s (it will lapse): %s", self.name, exc)
-        self.token = None
 
 
 @dataclasses.dataclass
@@ -95,7 +106,7 @@ class Loop:
 
 
 class Periodic:
-    """Runs the loops, each under its lease, until :meth:`stop`."""
+    """Runs the loops, each in its own thread under its lease, until :meth:`stop`."""
 
     def __init__(self, runtime: Runtime, loops: list[Loop]) -> None:
         self.runtime = runtime
@@ -108,12 +119,23 @@ class Periodic:
                                  ttl=runtime.config.loop_lease_ttl(loop.interval))
             for loop in loops
         }
-        #: Completed passes per loop (tests and /healthz read it).
-        self.passes = {loop.name: 0 for loop in loops}
+        self.tasks = {
+            loop.name: PeriodicTask(name=f"loop {loop.name}", interval=loop.interval,
+                                    run=loop.run, gate=functools.partial(self._hold, loop.name),
+                                    standby=loop.standby, first_delay=0.0)
+            for loop in loops
+        }
+
+    @property
+    def passes(self) -> dict[str, int]:
+        """Completed passes per loop (tests and /healthz read it)."""
+        return {name: task.passes for name, task in self.tasks.items()}
 
     def start(self) -> None:
         for loop in self.loops:
-            thread = threading.Thread(target=self._run, args=(loop,), daemon=True,
+            runner = PeriodicRunner([self.tasks[loop.name]], stop=self._stop,
+                                    db_state=self.runtime.health.database, report_success=True)
+            thread = threading.Thread(target=runner.run, daemon=True,
                                       name=f"jobwarden-operator-{loop.name}")
             thread.start()
             self._threads.append(thread)
@@ -131,31 +153,16 @@ class Periodic:
         for lease in self.leases.values():
             lease.release()
 
-    def _run(self, loop: Loop) -> None:
-        lease = self.leases[loop.name]
-        delay = 0.0
-        while not self._stop.wait(delay):
-            delay = loop.interval * random.uniform(0.9, 1.1)
-            try:
-                holding = lease.hold()
-            except errors.JobwardenError as exc:
-                logger.warning("loop %s: cannot reach the lease table: %s", loop.name, exc)
-                self.runtime.health.database(False)
-                holding = False
-                lease.token = None
-            if not holding:
-                if loop.standby is not None:
-                    loop.standby()
-                continue
-            try:
-                loop.run()
-                self.runtime.health.database(True)
-            except errors.DatabaseUnavailable as exc:
-                self.runtime.health.database(False)
-                logger.warning("loop %s: database unavailable: %s", loop.name, exc)
-            except Exception:
-                logger.exception("loop %s failed (it will run again)", loop.name)
-            self.passes[loop.name] += 1
+    def _hold(self, name: str) -> bool:
+        """A loop's gate: hold its lease (renew or take it); False when it is not ours."""
+        lease = self.leases[name]
+        try:
+            return lease.hold()
+        except errors.JobwardenError as exc:
+            logger.warning("loop %s: cannot reach the lease table: %s", name, exc)
+            self.runtime.health.database(False)
+            lease.forget()
+            return False
 
 
 # -- the loops ------------------------------------------------------------------------------

@@ -28,9 +28,10 @@ The hooks, each optional (derive from :class:`Extension` for no-op defaults):
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
+
+from jobwarden.looping import PeriodicTask
 
 if TYPE_CHECKING:
     from jobwarden.definitions import Job
@@ -42,19 +43,6 @@ __all__ = ["Extension", "PeriodicTask", "Route", "WorkerExtension"]
 Route = Callable[[str, str, str, dict[str, str], bytes], tuple[int, dict[str, Any]]]
 #: Runs one attempt with the given context (the next link of the chain).
 CallNext = Callable[["AttemptContext"], "Outcome"]
-
-
-@dataclasses.dataclass
-class PeriodicTask:
-    """Work the maintenance thread runs every ``interval`` seconds (with jitter).
-
-    ``interval`` may change while the worker runs; 0 retires the task.
-    """
-
-    name: str
-    interval: float
-    run: Callable[[], object]
-    next_at: float = 0.0
 
 
 class WorkerExtension(Protocol):

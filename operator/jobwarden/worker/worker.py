@@ -29,7 +29,6 @@ import dataclasses
 import importlib
 import logging
 import queue
-import random
 import signal
 import threading
 import time
@@ -40,6 +39,7 @@ from typing import Any, TypeVar
 
 from jobwarden import definitions, errors, metrics, reaper
 from jobwarden.db.database import Database
+from jobwarden.looping import PeriodicRunner
 from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.policies import FailureReason
@@ -406,21 +406,7 @@ class Worker:
             return attempt.claim.id in self._active
 
     def _maintenance_loop(self) -> None:
-        for task in self.periodic:
-            task.next_at = time.monotonic() + random.uniform(0, min(task.interval, 2.0))
-        while not self.stopping:
-            now = time.monotonic()
-            for task in list(self.periodic):
-                if task.interval > 0 and now >= task.next_at:
-                    task.next_at = now + task.interval * random.uniform(0.9, 1.1)
-                    try:
-                        task.run()
-                    except errors.DatabaseUnavailable as exc:
-                        self._set_db_state(False)
-                        logger.warning("%s: %s", task.name, exc)
-                    except Exception:
-                        logger.exception("periodic task %s failed", task.name)
-            self._sleep(0.2)
+        PeriodicRunner(self.periodic, stop=self._stopping, db_state=self._set_db_state).run()
 
     def _listen_loop(self) -> None:
         listener = self.db.listener("jobs")
