@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import threading
 
@@ -10,6 +11,8 @@ import pytest
 
 import jobwarden
 from jobwarden.db.database import Database
+from jobwarden.db.jobs import COPY_MIN_ROWS
+from jobwarden.structs.jobs import JobSpec
 from tests.support import testjobs
 
 
@@ -33,9 +36,8 @@ def test_enqueue_copies_the_class_settings_into_the_row(client: jobwarden.Client
     assert record.status is jobwarden.JobStatus.PENDING
 
 
-def test_enqueue_many_is_one_round_trip(client: jobwarden.Client, db: Database,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    client.enqueue(testjobs.Record, None, unique_key="k-5")
+def _counting(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Record the named queries ``db`` runs from now on."""
     calls: list[str] = []
     original = db.rows
 
@@ -44,16 +46,109 @@ def test_enqueue_many_is_one_round_trip(client: jobwarden.Client, db: Database,
         return original(name, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(db, "rows", counting)
+    return calls
+
+
+def test_a_large_batch_is_one_copy_and_keeps_its_order(
+        client: jobwarden.Client, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _counting(db, monkeypatch)
     results = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(1000)])
-    assert calls == ["job_insert_many"]
+    assert calls == ["job_copy_begin"]  # then the COPY itself: no per-row statement
     assert len({r.id for r in results}) == 1000
+    assert not any(r.duplicate for r in results)
     assert results == sorted(results, key=lambda r: r.id)
+    assert [client.job(r.id).data for r in results[::250]] == [{"n": n}
+                                                               for n in range(0, 1000, 250)]
+
+
+def test_unique_keys_give_the_same_per_row_results_through_copy_or_insert(
+        client: jobwarden.Client, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch whose keys clash (with stored rows or within itself) is redone by the
+    one-statement INSERT: every row still says whether it is new or a duplicate,
+    and of which row."""
+    existing = client.enqueue(testjobs.Record, None, unique_key="k-5")
+    calls = _counting(db, monkeypatch)
+    size = 100
+    keys = [f"k-{n}" for n in range(size)]
+    clashing = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(size)],
+                                   unique_keys=keys)
+    assert calls == ["job_copy_begin", "job_insert_many", "job_ids_by_unique_key"]
+    assert [r.duplicate for r in clashing] == [n == 5 for n in range(size)]
+    assert clashing[5].id == existing.id
+    # The failed COPY left nothing behind: one row per key, the stored one untouched.
+    assert client.stats()["default"]["pending"] == size
+    assert client.job(existing.id).data is None
+
     calls.clear()
+    fresh = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(size)],
+                                unique_keys=[f"f-{n}" for n in range(size)])
+    assert calls == ["job_copy_begin"]
+    assert not any(r.duplicate for r in fresh)
+    again = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(size)],
+                                unique_keys=[f"f-{n}" for n in range(size)])
+    assert [r.id for r in again] == [r.id for r in fresh]
+    assert all(r.duplicate for r in again)
+
+    calls.clear()
+    repeated = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(size)],
+                                   unique_keys=[f"r-{n % 7}" for n in range(size)])
+    assert calls == ["job_insert_many", "job_ids_by_unique_key"]  # never tried by COPY
+    assert [r.duplicate for r in repeated] == [n >= 7 for n in range(size)]
+    assert all(repeated[n].id == repeated[n % 7].id for n in range(size))
+
+
+def test_small_batches_are_one_statement(client: jobwarden.Client, db: Database,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    client.enqueue(testjobs.Record, None, unique_key="k-5")
+    calls = _counting(db, monkeypatch)
     keyed = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(10)],
                                 unique_keys=[f"k-{n % 7}" for n in range(10)])
+    assert calls == ["job_insert_many", "job_ids_by_unique_key"]
     assert [r.duplicate for r in keyed] == [False] * 5 + [True] + [False] + [True] * 3
     assert keyed[5].id == client.db.jobs.recent(limit=2000)[-1].id  # k-5 existed before
     assert keyed[7].id == keyed[0].id  # a duplicate inside the same batch
+
+
+def test_a_copied_batch_stores_every_option_as_the_insert_does(
+        client: jobwarden.Client, db: Database) -> None:
+    now = db.now()
+    at = now + datetime.timedelta(days=2)
+    specs = [JobSpec(job_class="a.b:C", data={"n": n}, queue="q" if n % 2 else "default",
+                     priority=n % 3, run_at=at if n % 3 == 0 else None,
+                     delay_seconds=60.0 if n % 3 == 1 else 0.0, max_retries=n % 4,
+                     timeout_seconds=30.5, idempotent=n % 2 == 0, unique_key=f"u-{n}",
+                     lease_name="L" if n % 5 == 0 else None, schedule_name="S",
+                     on_busy="skip" if n % 5 == 0 else None,
+                     lease_ttl_seconds=90.0 if n % 5 == 0 else None)
+             for n in range(2 * COPY_MIN_ROWS)]
+    copied = db.jobs.insert_many(specs)
+    one_by_one = [db.jobs.insert_many([dataclasses.replace(s, unique_key=f"v-{i}")])[0]
+                  for i, s in enumerate(specs)]
+    ignored = {"id", "unique_key", "run_at", "created_at", "updated_at"}
+    for spec, a, b in zip(specs, copied, one_by_one, strict=True):
+        row_a, row_b = client.job(a.id), client.job(b.id)
+        fields_a = {k: v for k, v in dataclasses.asdict(row_a).items() if k not in ignored}
+        fields_b = {k: v for k, v in dataclasses.asdict(row_b).items() if k not in ignored}
+        assert fields_a == fields_b
+        assert row_a.unique_key == spec.unique_key
+        if spec.run_at is not None:
+            assert row_a.run_at == at
+        else:  # the database's clock, plus the delay
+            delay = datetime.timedelta(seconds=spec.delay_seconds)
+            assert now + delay <= row_a.run_at <= row_b.run_at
+
+
+def test_a_copy_in_the_callers_transaction_that_clashes_keeps_the_callers_work(
+        client: jobwarden.Client, db: Database) -> None:
+    existing = client.enqueue(testjobs.Record, None, unique_key="k-3")
+    specs = [JobSpec(job_class="a.b:C", unique_key=f"k-{n}") for n in range(COPY_MIN_ROWS)]
+    with db.transaction() as conn:
+        mine = db.jobs.insert_many([JobSpec(job_class="a.b:C", unique_key="mine")],
+                                   conn=conn)[0]
+        results = db.jobs.insert_many(specs, conn=conn)
+    assert results[3].id == existing.id and results[3].duplicate
+    assert client.job(mine.id).unique_key == "mine"
+    assert client.stats()["default"]["pending"] == COPY_MIN_ROWS + 1
 
 
 def test_concurrent_enqueuers_get_exactly_one_row_per_unique_key(dsn: str) -> None:

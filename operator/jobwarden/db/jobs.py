@@ -7,8 +7,10 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import psycopg.errors
 from psycopg.types.json import Jsonb
 
+from jobwarden.db.database import translate_errors
 from jobwarden.structs.jobs import (
     AttemptRecord,
     ClaimedJob,
@@ -28,6 +30,14 @@ if TYPE_CHECKING:
 
 JOBS_TOPIC = "jobs"
 
+#: From this many rows on, a batch goes through binary COPY (job_copy): four
+#: round trips (BEGIN, ids, COPY, COMMIT) instead of one, but no arrays to build
+#: and unpack, so it wins once a batch is more than a few dozen rows.
+COPY_MIN_ROWS = 32
+#: The binary types of job_copy's columns, in its order.
+_COPY_TYPES = ("int8", "text", "text", "jsonb", "int4", "timestamptz", "int4", "float8",
+               "bool", "text", "text", "text", "text", "float8")
+
 
 def _record(row: Row) -> JobRecord:
     (id_, queue, job_class, data, priority, status, run_at, attempts, max_retries, timeout,
@@ -44,6 +54,12 @@ def _record(row: Row) -> JobRecord:
         schedule_name=schedule_name, created_at=created_at, updated_at=updated_at,
         finished_at=finished_at,
     )
+
+
+def _keys_distinct(specs: Sequence[JobSpec]) -> bool:
+    """No unique key repeats within the batch (a repeat could never COPY)."""
+    keys = [s.unique_key for s in specs if s.unique_key is not None]
+    return len(keys) == len(set(keys))
 
 
 def _claimed(row: Row) -> ClaimedJob:
@@ -65,11 +81,63 @@ class JobsTable:
 
     def insert_many(self, specs: Sequence[JobSpec], *,
                     conn: Connection | None = None) -> list[EnqueueResult]:
-        """Insert jobs in one round trip; a unique-key duplicate returns the existing id."""
+        """Insert jobs, one result per spec in order; a unique-key duplicate returns the
+        existing id (``duplicate=True``), also for a duplicate within the batch.
+
+        Large batches go through binary COPY (:meth:`_copy`). COPY cannot skip a
+        conflicting row, so it is tried optimistically: when a unique key already
+        exists (or a batch repeats a key), the batch is redone by the one-statement
+        ``INSERT ... ON CONFLICT`` (:meth:`_insert_unnest`), which reports each
+        duplicate. Either way the results are the same.
+        """
         if not specs:
             return []
         if len(specs) == 1:
             return [self._insert_one(specs[0], conn=conn)]
+        if len(specs) >= COPY_MIN_ROWS and _keys_distinct(specs):
+            copied = self._copy(specs, conn=conn)
+            if copied is not None:
+                return copied
+        return self._insert_unnest(specs, conn=conn)
+
+    def _copy(self, specs: Sequence[JobSpec], *,
+              conn: Connection | None) -> list[EnqueueResult] | None:
+        """Insert every spec by binary COPY; None (nothing written) on a unique-key clash.
+
+        In the caller's transaction the attempt runs in a savepoint, so a clash
+        undoes only the COPY (and its NOTIFY), never the caller's other work.
+        """
+        try:
+            if conn is None:
+                with self._db.transaction() as own:
+                    return self._copy_in(own, specs)
+            with translate_errors(), conn.transaction():
+                return self._copy_in(conn, specs)
+        except psycopg.errors.UniqueViolation:
+            return None
+
+    def _copy_in(self, conn: Connection, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
+        queues = sorted({s.queue for s in specs})
+        found = self._db.row("job_copy_begin", {"n": len(specs), "queues": queues,
+                                                "channel": self.channel}, conn=conn)
+        assert found is not None
+        now: datetime.datetime = found[0]
+        ids: list[int] = found[1]
+        with conn.cursor() as cursor, cursor.copy(self._db.sql("job_copy")) as copy:
+            copy.set_types(_COPY_TYPES)
+            for id_, s in zip(ids, specs, strict=True):
+                run_at = s.run_at if s.run_at is not None else now
+                if s.delay_seconds:
+                    run_at += datetime.timedelta(seconds=s.delay_seconds)
+                copy.write_row((id_, s.queue, s.job_class, Jsonb(s.data), s.priority, run_at,
+                                s.max_retries, s.timeout_seconds, s.idempotent, s.unique_key,
+                                s.lease_name, s.schedule_name, s.on_busy,
+                                s.lease_ttl_seconds))
+        return [EnqueueResult(id=id_, duplicate=False) for id_ in ids]
+
+    def _insert_unnest(self, specs: Sequence[JobSpec], *,
+                       conn: Connection | None) -> list[EnqueueResult]:
+        """Insert jobs in one statement; a unique-key duplicate returns the existing id."""
         params: dict[str, Any] = {
             "queues": [s.queue for s in specs],
             "classes": [s.job_class for s in specs],

@@ -58,6 +58,28 @@ notified AS (
 )
 SELECT inserted.id, (SELECT n FROM notified) FROM inserted;
 
+-- name: job_copy_begin
+-- First statement of a COPY batch (job_copy), in the same transaction: the
+-- transaction's clock (now(), what an INSERT's defaults would use, so a run_at
+-- is still the database's time) and one id per row drawn up front, so each row
+-- is matched to its id without a RETURNING. NOTIFY once per distinct queue: it
+-- is delivered at commit, and dropped with the batch if the COPY fails.
+SELECT now(),
+       array(SELECT nextval('{schema}.jobs_id_seq'::regclass)
+             FROM generate_series(1, %(n)s::integer)),
+       (SELECT count(pg_notify(%(channel)s, q)) FROM unnest(%(queues)s::text[]) AS q);
+
+-- name: job_copy
+-- Bulk insert in binary COPY format: no statement to parse per row, no arrays
+-- to build and unpack, every value sent in its binary form. COPY has no ON
+-- CONFLICT: a unique key that already exists fails the whole COPY with a
+-- unique violation, and the caller redoes the batch through job_insert_many
+-- (see JobsTable.insert_many).
+COPY {schema}.jobs (id, queue, job_class, data, priority, run_at, max_retries, timeout_seconds,
+                    idempotent, unique_key, lease_name, schedule_name, on_busy,
+                    lease_ttl_seconds)
+FROM STDIN (FORMAT BINARY);
+
 -- name: job_ids_by_unique_key
 SELECT unique_key, id FROM {schema}.jobs WHERE unique_key = ANY(%(unique_keys)s::text[]);
 
