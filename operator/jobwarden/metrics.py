@@ -58,9 +58,25 @@ and ``jobwarden_rollout_reaped_jobs_total{pool}``.
 (skipped). ``operation``: ``complete``, ``fail``, ``retry``, ``heartbeat``,
 ``defer``. ``outcome`` of a reap: ``retried``, ``interrupted``, ``failed``.
 ``kind`` of a lease: ``job``, ``key``, ``schedule``, ``lock``.
+
+Rare events are exported at 0 before they happen (``prime_*`` below). A
+counter whose label set is born at 1 has no earlier sample, so
+``increase(x[15m])`` sees nothing and the first lease loss after a process
+start would never alert. Every label set this process can know is therefore
+created at 0 when it becomes known: the lease kinds and runner results at
+import, a (queue, job class) pair's rare-event counters when the worker starts
+(job classes of its queues that are already imported) and again when a job of
+that pair is first claimed or reaped, a schedule's slot counters when the
+runner or the operator first sees it, a pool's when the operator first
+reconciles it. Label sets that are still born at 1 (a class nobody imported
+before its first failure) are caught by the alert rules' ``unless ... offset``
+clause (docs/alerts.md, "New label sets").
 """
 
 from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -206,3 +222,76 @@ ROLLOUT_REAPED = Counter(
     "jobwarden_rollout_reaped_jobs", "Jobs left to the reaper when a drain timed out.",
     ("pool",), registry=REGISTRY,
 )
+
+
+# -- label sets exported at 0 before their first event ------------------------------
+
+#: Every value each rare-event label can take (the docstring's table, as data).
+LEASE_KINDS = ("job", "key", "schedule", "lock")
+FAIL_REASONS = ("error", "timeout", "unknown_job", "bad_data", "exhausted", "lease_busy")
+SKIP_REASONS = ("lease_busy", "on_busy_skip", "overlap")
+FENCED_OPERATIONS = ("complete", "fail", "retry", "heartbeat", "defer")
+REAP_OUTCOMES = ("retried", "interrupted", "failed")
+
+_primed: set[tuple[str, ...]] = set()
+_primed_lock = threading.Lock()
+
+
+def _first(key: tuple[str, ...]) -> bool:
+    with _primed_lock:
+        if key in _primed:
+            return False
+        _primed.add(key)
+        return True
+
+
+def prime_process() -> None:
+    """Label sets every process knows from the start: lease kinds, runner results."""
+    for kind in LEASE_KINDS:
+        LEASE_LOST.labels(kind)
+        LEASE_BUSY.labels(kind)
+        LEASES_HELD.labels(kind)
+    for result in ("ok", "error"):
+        SCHEDULE_RUNS.labels(result)
+
+
+def prime_job(queue: str, job_class: str) -> None:
+    """Export a (queue, job class) pair's rare-event counters at 0 (once per process)."""
+    if not _first(("job", queue, job_class)):
+        return
+    JOBS_DEFERRED.labels(queue, job_class)
+    JOBS_INTERRUPTED.labels(queue, job_class)
+    JOBS_CANCELLED.labels(queue, job_class)
+    JOBS_COMPLETED.labels(queue, job_class)
+    for reason in FAIL_REASONS:
+        JOBS_FAILED.labels(queue, job_class, reason)
+    for reason in SKIP_REASONS:
+        JOBS_SKIPPED.labels(queue, job_class, reason)
+    for operation in FENCED_OPERATIONS:
+        JOBS_FENCED.labels(queue, job_class, operation)
+    for outcome in REAP_OUTCOMES:
+        JOBS_REAPED.labels(queue, job_class, outcome)
+
+
+def prime_jobs(pairs: Iterable[tuple[str, str]]) -> None:
+    for queue, job_class in pairs:
+        prime_job(queue, job_class)
+
+
+def prime_schedule(name: str) -> None:
+    """Export one schedule's slot counters at 0 (once per process)."""
+    if not _first(("schedule", name)):
+        return
+    for counter in SCHEDULE_SLOT_COUNTERS:
+        counter.labels(name)
+
+
+def prime_pool(name: str) -> None:
+    """Export one WorkerPool's rollout counter at 0 (once per process)."""
+    if _first(("pool", name)):
+        ROLLOUT_REAPED.labels(name)
+
+
+SCHEDULE_SLOT_COUNTERS = (SCHEDULE_SLOTS_ENQUEUED, SCHEDULE_SLOTS_MISSED, SCHEDULE_SLOTS_SKIPPED)
+
+prime_process()

@@ -24,6 +24,7 @@ def reap(db: Database, *, limit: int = 500) -> int:
     reaped = db.jobs.reap(limit=limit)
     for job in reaped:
         outcome = _OUTCOME.get(job.status, job.status.value)
+        metrics.prime_job(job.queue, job.job_class)
         metrics.JOBS_REAPED.labels(job.queue, job.job_class, outcome).inc()
         if job.status is JobStatus.INTERRUPTED:
             metrics.JOBS_INTERRUPTED.labels(job.queue, job.job_class).inc()

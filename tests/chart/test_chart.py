@@ -78,8 +78,10 @@ def test_chart_renders_valid_kubernetes_objects(scenario: str) -> None:
         {"operatr": {}},
         {"prometheusRule": {"rules": {"jobsFailing": {"window": "15 minutes"}}}},
         {"workerPool": {"isolation": "fork"}},
+        {"prometheusRule": {"runbookBaseUrl": "docs/alerts.md"}},
     ],
-    ids=["replicas-without-peering", "typo-in-pool", "typo-at-top", "bad-duration", "bad-enum"],
+    ids=["replicas-without-peering", "typo-in-pool", "typo-at-top", "bad-duration", "bad-enum",
+         "relative-runbook"],
 )
 def test_values_schema_refuses_typos_and_bad_values(values: dict[str, Any]) -> None:
     report = lint(values)

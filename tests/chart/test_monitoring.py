@@ -154,3 +154,60 @@ def test_rule_thresholds_follow_the_values() -> None:
     assert "> 42" in exprs["JobwardenQueueWaitHigh"]
     assert "5 * (" in exprs["JobwardenScheduleNoSuccess"]
     assert "172800" in exprs["JobwardenScheduleNoSuccess"]
+
+
+def _alerts(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    pytest.importorskip("helm_python", reason="pip install helm-python-sdk")
+    (rule,) = [d for d in manifests(values) if d["kind"] == "PrometheusRule"]
+    return {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+
+
+def test_operator_down_is_only_rendered_when_something_scrapes_the_operator() -> None:
+    alone = _alerts({"prometheusRule": {"enabled": True}})
+    assert "JobwardenOperatorDown" not in alone  # absent(up{...}) would fire forever
+    assert "JobwardenJobsFailing" in alone
+    scraped = _alerts({"prometheusRule": {"enabled": True},
+                       "metrics": {"serviceMonitor": {"enabled": True}}})
+    assert 'job="jw-jobwarden-operator"' in scraped["JobwardenOperatorDown"]["expr"]
+    own = _alerts({"prometheusRule": {"enabled": True, "operatorJob": "my-scrape-job"}})
+    assert 'job="my-scrape-job"' in own["JobwardenOperatorDown"]["expr"]
+    no_operator = _alerts({"prometheusRule": {"enabled": True, "operatorJob": "x"},
+                           "operator": {"enabled": False}})
+    assert "JobwardenOperatorDown" not in no_operator
+
+
+def test_worker_pods_are_scraped_once_when_both_monitors_are_on() -> None:
+    pytest.importorskip("helm_python", reason="pip install helm-python-sdk")
+    docs = manifests(values_of("full-values.yaml"))
+    services = [d for d in docs if d["kind"] == "Service"]
+    (monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    assert [d for d in docs if d["kind"] == "PodMonitor"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    selected = [s["metadata"]["name"] for s in services
+                if selector.items() <= s["metadata"]["labels"].items()]
+    assert selected == ["jw-jobwarden-operator"]
+    # Without a PodMonitor the ServiceMonitor is what scrapes the workers Service.
+    only_services = manifests({"metrics": {"service": {"workers": True},
+                                           "serviceMonitor": {"enabled": True}}})
+    (monitor,) = [d for d in only_services if d["kind"] == "ServiceMonitor"]
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert sorted(s["metadata"]["name"] for s in only_services if s["kind"] == "Service"
+                  and selector.items() <= s["metadata"]["labels"].items()) == [
+        "jw-jobwarden-operator", "jw-jobwarden-workers"]
+
+
+def test_runbook_links_are_absolute_or_absent() -> None:
+    for rule in _alerts({"prometheusRule": {"enabled": True}}).values():
+        assert "runbook_url" not in rule["annotations"]
+    base = "https://runbooks.example.com/jobwarden/alerts.md"
+    for rule in alert_rules():
+        assert rule["annotations"]["runbook_url"].startswith(base + "#")
+
+
+def test_rare_event_alerts_count_label_sets_born_inside_the_window() -> None:
+    exprs = {r["alert"]: r["expr"] for r in alert_rules()}
+    for alert, metric in (("JobwardenLeaseLost", "jobwarden_lease_lost_total"),
+                          ("JobwardenJobsReaped", "jobwarden_jobs_reaped_total"),
+                          ("JobwardenScheduleSlotsMissed",
+                           "jobwarden_schedule_slots_missed_total")):
+        assert f"({metric} unless {metric} offset " in exprs[alert], alert

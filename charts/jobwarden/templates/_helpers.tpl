@@ -127,3 +127,16 @@ app.kubernetes.io/component: worker
 {{- end }}
 {{- mul (trimSuffix $unit $d | int) (get $units $unit) }}
 {{- end }}
+
+{{/*
+Events of a counter over a window, including label sets born inside it.
+increase() needs two samples, so a series whose first sample already counts
+the event (a label set first seen at 1, or a process that started after the
+window began) shows no increase; such a series has no sample a window ago, and
+its current value is what happened inside the window. Called with
+(list "metric_total" "15m").
+*/}}
+{{- define "jobwarden.recentIncrease" -}}
+{{- $m := index . 0 }}{{- $w := index . 1 -}}
+({{ $m }} unless {{ $m }} offset {{ $w }}) or increase({{ $m }}[{{ $w }}])
+{{- end }}

@@ -208,6 +208,7 @@ class Gauges:
         since: dict[tuple[str, ...], float] = {}
         lag: dict[tuple[str, ...], float] = {}
         for item in self.runtime.client.schedules.health():
+            metrics.prime_schedule(item.name)
             since[(item.name,)] = float(item.seconds_since_success)
             lag[(item.name,)] = float(item.lag_seconds)
         _replace(metrics.SCHEDULE_SINCE_SUCCESS, self._schedules, since)

@@ -165,6 +165,7 @@ class PoolReconciler:
         meta = body.get("metadata", {})
         name, namespace = str(meta.get("name")), str(meta.get("namespace") or "default")
         uid, generation = str(meta.get("uid")), meta.get("generation")
+        metrics.prime_pool(name)
         previous: dict[str, Any] = dict(body.get("status") or {})
         now_dt = dt.datetime.now(dt.UTC)
         try:

@@ -190,6 +190,7 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_second
         db.schedules.advance_many(final, conn=conn)
     # Committed: only now do the counters move (a rolled-back pass counted nothing).
     for name, enqueued, skipped, missed in per_schedule:
+        metrics.prime_schedule(name)
         if enqueued:
             metrics.SCHEDULE_SLOTS_ENQUEUED.labels(name).inc(enqueued)
         if skipped:

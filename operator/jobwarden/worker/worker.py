@@ -86,6 +86,24 @@ __all__ = ["EXIT_CRASHED", "EXIT_OK", "ExtensionFactory", "FailureEvent", "Perio
 E = TypeVar("E")
 
 
+def _imported_pairs(queues: tuple[str, ...]) -> list[tuple[str, str]]:
+    """(queue, class path) of every imported job class whose queue this worker serves.
+
+    Why: their rare-event counters are exported at 0 from the start, so the first
+    event is an increase Prometheus can see (metrics.py, "Rare events").
+    """
+    pairs: list[tuple[str, str]] = []
+    pending: list[type[definitions.Job]] = [definitions.Job]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls is definitions.Job or cls is definitions.FunctionJob:
+            continue
+        if not queues or cls.queue in queues:
+            pairs.append((cls.queue, cls.path()))
+    return pairs
+
+
 class Worker:
     """One worker process's engine; see the module docstring.
 
@@ -101,6 +119,7 @@ class Worker:
         self.host = settings.host
         for app in settings.apps:
             importlib.import_module(app)
+        metrics.prime_jobs(_imported_pairs(settings.queues))
         self._failure_hook = self._load_failure_hook(settings.failure_hook)
         self.capacity = Capacity(settings.concurrency + settings.max_prefetch)
         #: Moving average of attempt durations, for automatic prefetch.
@@ -315,6 +334,7 @@ class Worker:
         with self._active_lock:
             self._active[claim.id] = attempt
         metrics.JOB_QUEUE_WAIT.labels(claim.queue).observe(claim.queue_wait_seconds)
+        metrics.prime_job(claim.queue, claim.job_class)
         if self.stopping:
             self._give_back(attempt)
         else:
