@@ -15,10 +15,12 @@ from typing import Any
 
 from jobwarden import definitions, errors, leases, metrics, settings
 from jobwarden import hosts as _hosts
+from jobwarden.db import jobs as db_jobs
 from jobwarden.db.database import Database
 from jobwarden.schedules.store import Schedules
 from jobwarden.structs.jobs import AttemptRecord, EnqueueResult, JobRecord, JobSpec
 from jobwarden.structs.queues import QueueSummary
+from jobwarden.structs.search import BULK_STATUSES, BulkResult, JobFilter
 from jobwarden.structs.states import TERMINAL, JobStatus
 
 JobRef = definitions.JobRef
@@ -161,6 +163,29 @@ class Client:
              job_class: str | None = None, limit: int = 50) -> list[JobRecord]:
         wanted = JobStatus(status) if isinstance(status, str) else status
         return self.db.jobs.recent(status=wanted, queue=queue, job_class=job_class, limit=limit)
+
+    def search(self, where: JobFilter | None = None, *, before: int | None = None,
+               limit: int = 50) -> list[JobRecord]:
+        """Matching jobs, newest first, one page at a time (keyset: pass the last id)."""
+        if not 1 <= limit <= 1000:
+            raise ValueError("limit must be between 1 and 1000")
+        return self.db.jobs.search(where or JobFilter(), before=before, limit=limit)
+
+    def bulk(self, action: str, where: JobFilter, *, dry_run: bool = False,
+             count_cap: int = 10_000_000) -> BulkResult:
+        """Retry, cancel or purge every job matching ``where``.
+
+        ``retry`` touches failed, interrupted and cancelled jobs; ``cancel`` pending
+        (cancelled at once) and processing ones (asked to stop); ``purge`` finished
+        ones. A dry run only counts what would change (at most ``count_cap``).
+        """
+        if action not in BULK_STATUSES:
+            raise ValueError(f"unknown bulk action {action!r}: use retry, cancel or purge")
+        if dry_run:
+            count = db_jobs.bulk_count(self.db.jobs, action, where, cap=count_cap)
+        else:
+            count = self.db.jobs.bulk(action, where)
+        return BulkResult(action=action, count=count, dry_run=dry_run)
 
     def cancel(self, job_id: int) -> JobStatus:
         """Cancel a pending job, or ask a running one to stop (its next heartbeat raises).

@@ -7,7 +7,15 @@ import json
 from typing import Any
 
 from jobwarden import errors
-from jobwarden.cli import EXIT_FAILURE, EXIT_OK, add_json, common, print_json, print_table
+from jobwarden.cli import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    add_json,
+    common,
+    filters,
+    print_json,
+    print_table,
+)
 from jobwarden.structs.states import JobStatus
 
 
@@ -28,13 +36,21 @@ def register(subparsers: Any) -> None:
 
     jobs = subparsers.add_parser("jobs", help="list, show, cancel, retry and purge jobs")
     sub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
-    listing = sub.add_parser("list", help="recent jobs, newest first")
-    listing.add_argument("--status", choices=[s.value for s in JobStatus])
-    listing.add_argument("--queue")
-    listing.add_argument("--class", dest="job_class")
-    listing.add_argument("--limit", type=int, default=50)
+    listing = sub.add_parser("list", help="jobs matching a filter, newest first")
+    filters.add_filter_flags(listing)
+    listing.add_argument("--before", type=int, metavar="ID",
+                         help="next page: only ids below this (the last id shown)")
+    listing.add_argument("--limit", type=int, default=50, help="1 to 1000 (default 50)")
     add_json(listing)
     listing.set_defaults(handler=cmd_list)
+    bulk = sub.add_parser(
+        "bulk", help="retry, cancel or purge every job matching a filter",
+        description="Without --yes this is a dry run: it prints how many jobs would change.")
+    bulk.add_argument("action", choices=["retry", "cancel", "purge"])
+    filters.add_filter_flags(bulk)
+    bulk.add_argument("--yes", action="store_true", help="do it (default: dry run)")
+    add_json(bulk)
+    bulk.set_defaults(handler=cmd_bulk)
     show = sub.add_parser("show", help="one job with its result and attempt history")
     show.add_argument("id", type=int)
     show.add_argument("--traceback", action="store_true",
@@ -87,17 +103,43 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _first_line(text: str | None, width: int = 60) -> str:
+    if not text:
+        return ""
+    line = text.strip().splitlines()[-1]
+    return line if len(line) <= width else line[: width - 1] + "\u2026"
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     with common.client(args) as client:
-        found = client.jobs(status=args.status, queue=args.queue, job_class=args.job_class,
-                            limit=args.limit)
+        where = filters.job_filter(args, now=client.db.now())
+        found = client.search(where, before=args.before, limit=args.limit)
     if args.json:
         print_json([j.as_json() for j in found])
     else:
-        print_table(["ID", "QUEUE", "CLASS", "STATUS", "ATTEMPTS", "RUN AT", "HOST"],
-                    [[j.id, j.queue, j.job_class, j.status.value,
+        print_table(["ID", "QUEUE", "CLASS", "STATUS", "PRI", "ATTEMPTS", "SCHEDULED FOR",
+                     "HOST", "LAST ERROR"],
+                    [[j.id, j.queue, j.job_class, j.status.value, j.priority,
                       f"{j.attempts}/{j.max_retries + 1}", j.run_at.isoformat(timespec="seconds"),
-                      j.claimed_by] for j in found])
+                      j.claimed_by, _first_line(j.last_error)] for j in found])
+        if len(found) == args.limit:
+            print(f"(more: --before {found[-1].id})")
+    return EXIT_OK
+
+
+_DONE = {"retry": "retried", "cancel": "cancelled or asked to stop", "purge": "purged"}
+
+
+def cmd_bulk(args: argparse.Namespace) -> int:
+    with common.client(args) as client:
+        where = filters.job_filter(args, now=client.db.now())
+        result = client.bulk(args.action, where, dry_run=not args.yes)
+    if args.json:
+        print_json({**result.as_json(), "filter": where.as_json()})
+    elif result.dry_run:
+        print(f"{result.count} job(s) would be {_DONE[args.action]}; pass --yes to do it")
+    else:
+        print(f"{result.count} job(s) {_DONE[args.action]}")
     return EXIT_OK
 
 

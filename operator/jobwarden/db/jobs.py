@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import uuid
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from jobwarden.structs.jobs import (
     QueueStat,
     ReapedJob,
 )
+from jobwarden.structs.search import BULK_STATUSES, JobFilter
 from jobwarden.structs.states import JobStatus
 
 if TYPE_CHECKING:
@@ -306,6 +308,40 @@ class JobsTable:
         })
         return [_record(r) for r in rows]
 
+    def search(self, where: JobFilter, *, before: int | None = None,
+               limit: int = 50) -> list[JobRecord]:
+        """One page of matching jobs, newest first; pass the last id seen as ``before``."""
+        rows = self._db.rows("job_search", {**where.params(), "before": before, "limit": limit})
+        return [_record(r) for r in rows]
+
+    def count(self, where: JobFilter, *, cap: int) -> int:
+        """How many jobs match, counting at most ``cap`` (bounded work)."""
+        found = self._db.row("job_count_capped", {**where.params(), "cap": cap})
+        return int(found[0]) if found else 0
+
+    def bulk(self, action: str, where: JobFilter, *, batch: int = 1000) -> int:
+        """Retry, cancel or purge every matching job in batches; returns rows changed.
+
+        Walks ids downwards in short transactions (one per batch), so a bulk action
+        over a million rows never holds a long lock, and a row it changed is never
+        visited twice. The filter's statuses are cut down to those the action
+        applies to (``BULK_STATUSES``).
+        """
+        scoped = _scoped(action, where)
+        if scoped is None:
+            return 0
+        params: dict[str, Any] = {**scoped.params(), "batch": batch, "channel": self.channel}
+        before = 2**63 - 1
+        total = 0
+        while True:
+            found = self._db.row(f"job_bulk_{action}", {**params, "before": before})
+            assert found is not None
+            changed, lowest, scanned, _notified = found
+            total += int(changed)
+            if scanned < batch or lowest is None:
+                return total
+            before = int(lowest)
+
     def cancel(self, job_id: int) -> JobStatus | None:
         found = self._db.row("job_cancel", {"id": job_id})
         return JobStatus(found[0]) if found else None
@@ -335,3 +371,20 @@ class JobsTable:
 
     def now(self) -> datetime.datetime:
         return self._db.now()
+
+
+def _scoped(action: str, where: JobFilter) -> JobFilter | None:
+    """``where`` limited to the statuses ``action`` applies to; None when none remain."""
+    if action not in BULK_STATUSES:
+        raise ValueError(f"unknown bulk action {action!r}")
+    eligible = BULK_STATUSES[action]
+    statuses = tuple(s for s in (where.statuses or eligible) if s in eligible)
+    if not statuses:
+        return None
+    return dataclasses.replace(where, statuses=statuses)
+
+
+def bulk_count(jobs: JobsTable, action: str, where: JobFilter, *, cap: int) -> int:
+    """How many jobs ``action`` would change (the dry run), counting at most ``cap``."""
+    scoped = _scoped(action, where)
+    return 0 if scoped is None else jobs.count(scoped, cap=cap)

@@ -1,0 +1,51 @@
+"""The job filter flags shared by ``jobs list`` and ``jobs bulk``, parsed into a JobFilter."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import re
+
+from jobwarden.structs.search import JobFilter
+from jobwarden.structs.states import JobStatus
+
+_AGO = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def add_filter_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--status", action="append", choices=[s.value for s in JobStatus],
+                        help="status (repeatable)")
+    parser.add_argument("--queue")
+    parser.add_argument("--class", dest="job_class", help="exact class path")
+    parser.add_argument("--class-prefix", help="class path starts with this")
+    parser.add_argument("--since", metavar="TIME",
+                        help="created at or after TIME: ISO 8601, or an age like 90s, 15m, 2h, 3d")
+    parser.add_argument("--until", metavar="TIME", help="created before TIME (same forms)")
+    parser.add_argument("--text", help="case-insensitive text in the data or the last error")
+    parser.add_argument("--error", help="case-insensitive text in the last error")
+
+
+def parse_time(text: str, *, flag: str, now: datetime.datetime) -> datetime.datetime:
+    """ISO 8601 (naive = UTC) or an age (``15m`` = fifteen minutes before ``now``)."""
+    match = _AGO.match(text.strip())
+    if match:
+        return now - datetime.timedelta(
+            seconds=float(match.group("n")) * _UNIT[match.group("unit")])
+    try:
+        value = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"{flag} {text!r} is neither ISO 8601 nor an age like 15m") from None
+    return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
+
+
+def job_filter(args: argparse.Namespace, *, now: datetime.datetime) -> JobFilter:
+    since = parse_time(args.since, flag="--since", now=now) if args.since else None
+    until = parse_time(args.until, flag="--until", now=now) if args.until else None
+    if since and until and since >= until:
+        raise ValueError("--since must be before --until")
+    return JobFilter(
+        statuses=tuple(JobStatus(s) for s in dict.fromkeys(args.status or [])),
+        queue=args.queue, job_class=args.job_class, class_prefix=args.class_prefix,
+        created_from=since, created_to=until, text=args.text, error=args.error,
+    )
