@@ -207,8 +207,14 @@ class JobsTable:
         return EnqueueResult(id=existing[1], duplicate=True)
 
     def claim(self, *, host: str, limit: int, grace_seconds: float,
-              queues: Sequence[str] | None = None, host_cap: bool = False) -> list[ClaimedJob]:
+              queues: Sequence[str] | None = None, host_cap: bool = False,
+              batch: uuid.UUID | None = None) -> list[ClaimedJob]:
         """Claim up to ``limit`` due jobs for ``host``.
+
+        ``batch``: an id the caller chose, fresh for this claim; the claim tokens
+        are derived from it, so when this call fails with its outcome unknown
+        (:class:`DatabaseUnavailable` after the statement may have committed) the
+        caller finds what it claimed with :meth:`claims_of_batch`.
 
         With ``host_cap`` the claim goes through the host registry: the host's row
         is locked first, so nothing is claimed while it drains (or is not
@@ -216,7 +222,8 @@ class JobsTable:
         """
         if limit <= 0:
             return []
-        params: dict[str, Any] = {"host": host, "limit": limit, "grace": grace_seconds}
+        params: dict[str, Any] = {"host": host, "limit": limit, "grace": grace_seconds,
+                                  "batch": batch or uuid.uuid4()}
         if host_cap:
             with self._db.transaction() as conn:
                 gate = self._db.row("host_claim_lock", {"host": host}, conn=conn)
@@ -235,6 +242,24 @@ class JobsTable:
         claimed = [_claimed(r) for r in rows]
         claimed.sort(key=lambda c: (-c.priority, c.id))
         return claimed
+
+    def claims_of_batch(self, *, host: str, batch: uuid.UUID,
+                        grace_seconds: float) -> list[ClaimedJob]:
+        """The jobs the claim ``batch`` took and still holds (heartbeated now)."""
+        rows = self._db.rows("job_claims_of_batch", {"host": host, "batch": batch,
+                                                     "grace": grace_seconds})
+        claimed = [_claimed(r) for r in rows]
+        claimed.sort(key=lambda c: (-c.priority, c.id))
+        return claimed
+
+    def claim_outcomes(self, claims: Sequence[tuple[int, uuid.UUID]]
+                       ) -> dict[int, tuple[JobStatus, str | None]]:
+        """Status and last error of the rows still carrying these (id, claim token)s."""
+        if not claims:
+            return {}
+        rows = self._db.rows("job_claim_outcomes", {"ids": [c[0] for c in claims],
+                                                    "tokens": [c[1] for c in claims]})
+        return {r[0]: (JobStatus(r[1]), r[2]) for r in rows}
 
     def complete_many(self, completions: Sequence[Completion]) -> set[int]:
         """Record successes; returns the ids actually written (the rest were fenced)."""

@@ -25,6 +25,9 @@ from jobwarden.worker.context import Attempt, Cancelled, Failed, Outcome, Releas
 
 logger = logging.getLogger("jobwarden.worker")
 
+#: How the reaper's last_error begins (job_reap in db/sql/jobs.sql).
+REAPED_ERROR_PREFIX = "reaped: "
+
 Recorded = Callable[[Attempt, Outcome, "JobStatus | None"], None]
 
 
@@ -79,20 +82,35 @@ class Recorder:
                     stopping = True
                     break
                 backlog.append(item)
+            before = len(backlog)
             try:
                 self._write(backlog)
                 self._db_state(True)
-                done = len(backlog)
-                backlog = []
-                with self._lock:
-                    self._unwritten -= done
-                    self._lock.notify_all()
             except errors.DatabaseUnavailable as exc:
                 self._db_state(False)
                 logger.warning("cannot record %d outcome(s) yet, retrying: %s", len(backlog), exc)
-                time.sleep(0.5)
+                time.sleep(0.25)
+            finally:
+                done = before - len(backlog)
+                if done:
+                    with self._lock:
+                        self._unwritten -= done
+                        self._lock.notify_all()
 
-    def _write(self, batch: list[Attempt]) -> None:
+    def _write(self, backlog: list[Attempt]) -> None:
+        """Write every outcome of ``backlog``, removing each one once it is recorded.
+
+        When the database fails midway, what was recorded is gone from the list and
+        the rest is retried; a retried write whose first try did commit (its reply
+        was lost) finds its own effect and is a success, not a fence.
+        """
+        recorded: set[int] = set()
+        try:
+            self._write_all(backlog, recorded)
+        finally:
+            backlog[:] = [a for a in backlog if id(a) not in recorded]
+
+    def _write_all(self, batch: list[Attempt], recorded: set[int]) -> None:
         completions = [a for a in batch if isinstance(a.outcome, Succeeded)]
         if completions:
             written = self._db.jobs.complete_many([
@@ -105,10 +123,13 @@ class Recorder:
                 )
                 for a in completions
             ])
+            statuses = {i: JobStatus.COMPLETED for i in written}
+            statuses.update(self._own_effects([a for a in completions
+                                               if a.claim.id not in written]))
             for a in completions:
                 assert a.outcome is not None
-                self._on_recorded(a, a.outcome,
-                                  JobStatus.COMPLETED if a.claim.id in written else None)
+                recorded.add(id(a))
+                self._on_recorded(a, a.outcome, statuses.get(a.claim.id))
         for a in batch:
             outcome = a.outcome
             if isinstance(outcome, Succeeded) or outcome is None:
@@ -130,7 +151,44 @@ class Recorder:
                                            delay_seconds=outcome.delay_seconds,
                                            deferral=outcome.deferral)
                 status = JobStatus.PENDING if ok else None
+            if status is None:
+                status = self._own_effects([a]).get(a.claim.id)
+            recorded.add(id(a))
             self._on_recorded(a, outcome, status)
+
+    def _own_effects(self, unmatched: list[Attempt]) -> dict[int, JobStatus]:
+        """Of writes that matched nothing, those whose effect is already there.
+
+        A fenced write matches nothing because the claim was reaped (or the row
+        changed hands); a retried write matches nothing because its first try
+        committed. The row tells them apart: it still carries this claim's token,
+        in the state this outcome leads to, with this outcome's error -- the reaper
+        writes its own (``reaped: ...``), and only this claim writes with its token.
+        """
+        if not unmatched:
+            return {}
+        found = self._db.jobs.claim_outcomes([(a.claim.id, a.claim.claim_token)
+                                              for a in unmatched])
+        ours: dict[int, JobStatus] = {}
+        for a in unmatched:
+            row = found.get(a.claim.id)
+            if row is None:
+                continue
+            status, last_error = row
+            outcome = a.outcome
+            if isinstance(outcome, Succeeded):
+                mine = status is JobStatus.COMPLETED
+            elif isinstance(outcome, (Failed, Cancelled)):
+                mine = status in (JobStatus.PENDING, JobStatus.FAILED, JobStatus.CANCELLED) \
+                    and last_error == outcome.error
+            else:
+                mine = status is JobStatus.PENDING \
+                    and not (last_error or "").startswith(REAPED_ERROR_PREFIX)
+            if mine:
+                logger.info("job %d attempt %d: outcome already recorded (its reply was "
+                            "lost), not fenced", a.claim.id, a.claim.attempt)
+                ours[a.claim.id] = status
+        return ours
 
 
 def cap_result(result: Any, max_bytes: int) -> Any:

@@ -33,6 +33,7 @@ import signal
 import threading
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -282,6 +283,9 @@ class Worker:
 
     def _fetch_loop(self) -> None:
         failures = 0
+        #: The batch of a claim that failed with its outcome unknown (the commit may
+        #: have happened, the reply was lost): resolved by asking before claiming more.
+        unresolved: uuid.UUID | None = None
         while not self.stopping:
             target = self.settings.concurrency + self._prefetch()
             in_flight = self.capacity.in_flight
@@ -293,11 +297,19 @@ class Worker:
             # claim is in flight must still wake the wait below.
             self._wake.clear()
             try:
+                if unresolved is not None:
+                    self._resolve_claim(unresolved)
+                    unresolved = None
+                    continue  # then claim as usual, at once
                 limit = self._claim_gate(free)
+                batch = uuid.uuid4()
+                unresolved = batch if limit > 0 else None
                 claimed = self.db.jobs.claim(
                     host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
                     queues=self.settings.queues or None, host_cap=self.capped_claims,
+                    batch=batch,
                 ) if limit > 0 else []
+                unresolved = None
                 self._set_db_state(True)
                 failures = 0
             except errors.DatabaseUnavailable as exc:
@@ -311,6 +323,27 @@ class Worker:
             if claimed and len(claimed) >= limit:
                 continue  # probably more due: claim again as soon as slots free up
             self._wake.wait(self.settings.poll_interval)
+        if unresolved is not None:  # stopping: whatever it took is given back at once
+            try:
+                self._resolve_claim(unresolved)
+            except errors.DatabaseUnavailable as exc:
+                logger.warning("cannot tell what the last claim took (the reaper will): %s",
+                               exc)
+
+    def _resolve_claim(self, batch: uuid.UUID) -> None:
+        """Accept the jobs a claim took although its reply was lost (given back if stopping).
+
+        The worker chose the claim's batch id, from which the database derived
+        the claim tokens: it asks which processing rows carry them, never guesses.
+        """
+        claimed = self.db.jobs.claims_of_batch(host=self.host, batch=batch,
+                                                grace_seconds=self.settings.heartbeat_grace)
+        self._set_db_state(True)
+        if claimed:
+            logger.warning("recovered %d claim(s) whose reply was lost: job(s) %s",
+                           len(claimed), ", ".join(str(c.id) for c in claimed))
+        for claim in claimed:
+            self._accept(claim)
 
     def _claim_gate(self, free: int) -> int:
         """How many jobs may be claimed now: each extension may lower the count."""

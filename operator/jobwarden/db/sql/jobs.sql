@@ -86,8 +86,12 @@ SELECT unique_key, id FROM {schema}.jobs WHERE unique_key = ANY(%(unique_keys)s:
 -- name: fragment_claim_rows
 -- Shared by every claim variant: turn the rows in `picked` into processing rows
 -- with a fresh token each, count the attempt, and return what the worker needs.
+-- The token is derived from a batch id the claimant chose (fresh per claim) and
+-- the row id, so a claimant whose reply was lost can ask which rows it claimed
+-- (job_claims_of_batch) instead of guessing.
 UPDATE {schema}.jobs AS j
-SET status = 'processing', attempts = j.attempts + 1, claim_token = gen_random_uuid(),
+SET status = 'processing', attempts = j.attempts + 1,
+    claim_token = md5(%(batch)s::text || ':' || j.id::text)::uuid,
     claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
     claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
     updated_at = now()
@@ -122,6 +126,29 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 )
 {fragment_claim_rows};
+
+-- name: job_claims_of_batch
+-- After a claim whose reply was lost (an ambiguous commit): the rows that claim
+-- did take, still processing under its tokens, with their reap deadline pushed
+-- forward as a heartbeat would. Returns what fragment_claim_rows returns (keep
+-- the two lists in step). claimed_by narrows it to this host's few processing rows.
+UPDATE {schema}.jobs AS j
+SET heartbeat_at = now(), claim_expires_at = now() + make_interval(secs => %(grace)s)
+WHERE j.status = 'processing' AND j.claimed_by = %(host)s
+  AND j.claim_token = md5(%(batch)s::text || ':' || j.id::text)::uuid
+RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
+          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
+          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
+          j.on_busy, j.lease_ttl_seconds;
+
+-- name: job_claim_outcomes
+-- What became of claims whose outcome write matched nothing: the rows that still
+-- carry those claim tokens, with their state and last error. A write retried after
+-- its reply was lost finds its own effect here (see worker/recorder.py); the
+-- reaper's work is recognisable by its 'reaped: ' error.
+SELECT j.id, j.status::text, j.last_error
+FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS c(id, token)
+JOIN {schema}.jobs AS j ON j.id = c.id AND j.claim_token = c.token;
 
 -- name: job_complete_many
 -- Batched, fenced completion. Ids missing from the result were fenced.
