@@ -252,10 +252,28 @@ ended AS (
         claim_expires_at = NULL, updated_at = now()
     FROM stale WHERE j.id = stale.id
     RETURNING j.id, j.queue, j.job_class, j.attempts, j.claimed_at, j.claimed_by,
-              'reaped'::text AS outcome, j.status::text AS status_after, j.last_error AS error
+              'reaped'::text AS outcome, j.status::text AS status_after, j.last_error AS error,
+              j.lease_name, j.lease_token, j.claim_token
 ),
-recorded AS ({fragment_attempt_record})
-SELECT id, queue, job_class, status_after, claimed_by FROM ended;
+recorded AS ({fragment_attempt_record}),
+-- The lease a reaped attempt held (exclusive job, concurrency key, Forbid schedule)
+-- is released with its claim, fenced on that claim (owner = claim token) and on the
+-- token the attempt was handed: the key is free within the heartbeat grace, not
+-- after the lease window. A holder that was only paused finds out at its next
+-- renewal (lease lost), exactly as if the lease had lapsed.
+freed AS (
+    UPDATE {schema}.leases AS l
+    SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
+    FROM ended AS e
+    WHERE l.name = e.lease_name AND l.slot = 0 AND l.token = e.lease_token
+      AND l.owner = e.claim_token::text
+    RETURNING l.name, l.waiting_until
+)
+SELECT id, queue, job_class, status_after, claimed_by,
+       (SELECT count(*) FROM freed),
+       (SELECT count(*) FROM (SELECT pg_notify(%(lease_channel)s, name) FROM freed
+                              WHERE waiting_until > now()) AS n)
+FROM ended;
 
 -- name: job_get
 SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
