@@ -211,3 +211,36 @@ def test_rare_event_alerts_count_label_sets_born_inside_the_window() -> None:
                           ("JobwardenScheduleSlotsMissed",
                            "jobwarden_schedule_slots_missed_total")):
         assert f"({metric} unless {metric} offset " in exprs[alert], alert
+
+
+def test_every_stat_panel_has_thresholds_and_colours_by_them() -> None:
+    stats = [p for p in DASHBOARD["panels"] if p["type"] == "stat"]
+    assert len(stats) >= 6
+    for panel in stats:
+        defaults = panel["fieldConfig"]["defaults"]
+        steps = defaults["thresholds"]["steps"]
+        assert steps[0]["value"] is None, panel["title"]  # the base colour
+        values = [s["value"] for s in steps[1:]]
+        assert values == sorted(values), panel["title"]
+        assert defaults["color"]["mode"] == "thresholds", panel["title"]
+    by_title = {p["title"]: p for p in stats}
+    db_steps = by_title["Database reachable"]["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    assert [s["color"] for s in db_steps] == ["red", "green"]
+    assert len(by_title["Jobs failed / s"]["fieldConfig"]["defaults"]["thresholds"]["steps"]) > 1
+
+
+def test_the_cluster_variable_filters_on_a_label_the_chart_adds() -> None:
+    pytest.importorskip("helm_python", reason="pip install helm-python-sdk")
+    docs = manifests(values_of("full-values.yaml") | {"operator": {"clusterName": "eu-1",
+                                                                   "replicas": 2,
+                                                                   "peering": {"enabled": True}}})
+    for kind, endpoints in (("ServiceMonitor", "endpoints"), ("PodMonitor", "podMetricsEndpoints")):
+        (monitor,) = [d for d in docs if d["kind"] == kind]
+        relabelings = monitor["spec"][endpoints][0]["relabelings"]
+        assert {"targetLabel": "cluster", "replacement": "eu-1"} in relabelings, kind
+    (cluster,) = [v for v in DASHBOARD["templating"]["list"] if v["name"] == "cluster"]
+    assert cluster["definition"] == "label_values(jobwarden_db_up, cluster)"
+    assert cluster["allValue"] == ".*"  # also matches series without the label
+    off = manifests({"metrics": {"clusterLabel": "", "serviceMonitor": {"enabled": True}}})
+    (monitor,) = [d for d in off if d["kind"] == "ServiceMonitor"]
+    assert "relabelings" not in monitor["spec"]["endpoints"][0]
