@@ -174,6 +174,8 @@ OPERATOR_RULES = {
     ("jobwarden.io", "workerpools/status"): {"get", "patch", "update"},
     ("jobwarden.io", "jobschedules/status"): {"get", "patch", "update"},
     ("jobwarden.io", "exclusivejobs/status"): {"get", "patch", "update"},
+    # blockOwnerDeletion on worker pods (OwnerReferencesPermissionEnforcement, OpenShift)
+    ("jobwarden.io", "workerpools/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "events"): {"create", "patch"},
     ("", "secrets"): {"get"},
@@ -277,3 +279,32 @@ def test_readme_is_generated_from_the_current_values() -> None:
     _, undocumented = readme.parse((CHART / "values.yaml").read_text())
     assert undocumented == []
     assert (CHART / "README.md").read_text() == readme.generate(), "run: python charts/readme.py"
+
+
+def test_a_default_pool_outside_the_watched_namespaces_is_refused() -> None:
+    values = {"workerPool": {"enabled": True}, "database": {"dsn": "postgresql://x/y"},
+              "operator": {"watchNamespaces": ["billing"]}}
+    with pytest.raises(Exception, match="does not include"):
+        render(values)
+    watched = manifests({**values, "operator": {"watchNamespaces": ["billing", NAMESPACE]}})
+    assert by_kind(watched, "WorkerPool")
+    elsewhere = manifests({**values, "operator": {"enabled": False,
+                                                  "watchNamespaces": ["billing"]}})
+    assert by_kind(elsewhere, "WorkerPool")  # another release's operator may watch it
+
+
+def test_the_default_pool_takes_scheduling_knobs() -> None:
+    values = {"workerPool": {
+        "enabled": True, "serviceAccountName": "jobs", "nodeSelector": {"pool": "batch"},
+        "tolerations": [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {"nodeAffinity": {}}, "priorityClassName": "low",
+        "podAnnotations": {"cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}},
+        "database": {"dsn": "postgresql://x/y"}}
+    (pool,) = by_kind(manifests(values), "WorkerPool")
+    template = pool["spec"]["template"]
+    assert template["spec"]["serviceAccountName"] == "jobs"
+    assert template["spec"]["nodeSelector"] == {"pool": "batch"}
+    assert template["spec"]["tolerations"][0]["key"] == "batch"
+    assert template["spec"]["priorityClassName"] == "low"
+    assert template["metadata"]["annotations"] == {
+        "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}

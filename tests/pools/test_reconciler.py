@@ -20,11 +20,23 @@ SPEC: dict[str, Any] = {"image": "example/app:2", "replicas": 1,
 class FakePods:
     def __init__(self, pods: list[dict[str, Any]], log: list[tuple[str, str]]) -> None:
         self.items, self.log = pods, log
+        #: Secret name -> keys; None: the Secret does not exist; "forbidden": RBAC says no.
+        self.secrets: dict[str, Any] = {"db": frozenset({"dsn"})}
+        #: When set, create() raises it (an admission webhook, a quota).
+        self.refuse: Exception | None = None
+
+    def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
+        found = self.secrets.get(name)
+        if found == "forbidden":
+            raise PermissionError("secrets is forbidden")
+        return found  # type: ignore[no-any-return]
 
     def list(self, namespace: str, pool: str, owner_uid: str) -> list[dict[str, Any]]:
         return self.items
 
     def create(self, namespace: str, manifest: dict[str, Any]) -> None:
+        if self.refuse is not None:
+            raise self.refuse
         self.log.append(("create", manifest["metadata"]["name"]))
 
     def delete(self, namespace: str, name: str, *, grace: int | None = None) -> None:
@@ -97,3 +109,64 @@ def test_an_invalid_spec_changes_nothing_and_says_why(posted: list[Any]):
     (progressing,) = patch["status"]["conditions"]
     assert progressing["reason"] == "InvalidSpec" and "dsnSecretRef" in progressing["message"]
     assert [e.reason for e in posted] == ["InvalidSpec"]
+
+
+class Refused(Exception):
+    """What the Kubernetes client raises: the API server's Status in ``body``."""
+
+    body = '{"kind": "Status", "message": "pods \\"p-x\\" is forbidden: exceeded quota: pods"}'
+
+
+def _conditions(patch: kopf.Patch) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in patch["status"]["conditions"]}
+
+
+@pytest.mark.parametrize(("secrets", "reason"), [
+    ({}, "SecretNotFound"), ({"db": frozenset({"url"})}, "KeyNotFound")])
+def test_a_missing_dsn_secret_is_a_condition_and_an_event_and_no_pod_is_created(
+        posted: list[Any], secrets: dict[str, Any], reason: str) -> None:
+    log: list[tuple[str, str]] = []
+    pools_ = reconciler([], [], log)
+    pools_.pods.secrets = secrets  # type: ignore[attr-defined]
+    patch = kopf.Patch()
+    pools_.reconcile(body=body(SPEC), patch=patch, trigger="test")
+    assert log == []
+    condition = _conditions(patch)["DSNSecretReady"]
+    assert (condition["status"], condition["reason"]) == ("False", reason)
+    assert "ns/db" in condition["message"]
+    assert [(e.type, e.reason) for e in posted] == [("Warning", reason)]
+
+
+def test_a_present_secret_is_true_and_an_unreadable_one_unknown(posted: list[Any]) -> None:
+    log: list[tuple[str, str]] = []
+    patch = kopf.Patch()
+    reconciler([], [], log).reconcile(body=body(SPEC), patch=patch, trigger="test")
+    assert _conditions(patch)["DSNSecretReady"]["status"] == "True"
+    assert [name for op, name in log if op == "create"]
+    forbidden = reconciler([], [], log := [])
+    forbidden.pods.secrets = {"db": "forbidden"}  # type: ignore[attr-defined]
+    patch = kopf.Patch()
+    forbidden.reconcile(body=body(SPEC), patch=patch, trigger="test")
+    assert _conditions(patch)["DSNSecretReady"]["reason"] == "Forbidden"
+    assert [op for op, _ in log] == ["create"]  # not knowing is no reason to stop
+
+
+def test_a_refused_pod_create_is_a_condition_and_an_event_until_a_create_succeeds(
+        posted: list[Any]) -> None:
+    log: list[tuple[str, str]] = []
+    pools_ = reconciler([], [], log)
+    pools_.pods.refuse = Refused()  # type: ignore[attr-defined]
+    patch = kopf.Patch()
+    pools_.reconcile(body=body({**SPEC, "replicas": 3}), patch=patch, trigger="test")
+    failure = _conditions(patch)["ReplicaFailure"]
+    assert (failure["status"], failure["reason"]) == ("True", "FailedCreate")
+    assert "exceeded quota" in failure["message"]
+    assert [(e.type, e.reason) for e in posted] == [("Warning", "FailedCreate")]  # once a pass
+    pools_.pods.refuse = None  # type: ignore[attr-defined]
+    again = kopf.Patch()
+    previous = body({**SPEC, "replicas": 3})
+    previous["status"] = {"conditions": patch["status"]["conditions"]}
+    pools_.reconcile(body=previous, patch=again, trigger="test")
+    failure = _conditions(again)["ReplicaFailure"]
+    assert (failure["status"], failure["reason"]) == ("False", "PodsCreated")
+    assert len([op for op, _ in log if op == "create"]) == 3

@@ -76,6 +76,25 @@ def _epoch(value: Any) -> float:
     return 0.0
 
 
+#: WorkerPool conditions besides the rollout's (metav1.Condition shape, see status.py).
+SECRET_CONDITION = "DSNSecretReady"
+#: Named like a ReplicaSet's: True while creating pods fails (quota, admission, template).
+FAILURE_CONDITION = "ReplicaFailure"
+
+
+def _api_reason(exc: Exception) -> str:
+    """The API server's message of a refused call (its Status body), else the exception."""
+    body = getattr(exc, "body", None)
+    if body:
+        try:
+            decoded = json.loads(body)
+        except (TypeError, ValueError):
+            return str(body)[:500]
+        if isinstance(decoded, dict) and decoded.get("message"):
+            return str(decoded["message"])[:500]
+    return str(exc)[:500]
+
+
 def pod_view(pod: dict[str, Any]) -> rollout.PodView:
     """What the decision needs from a pod manifest (pure)."""
     meta = pod.get("metadata") or {}
@@ -143,6 +162,27 @@ class KubePods:
             if exc.status != 404:
                 raise
 
+    def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
+        """The keys of a Secret (never its values), None if it does not exist.
+
+        Raises PermissionError when RBAC does not allow the read (the chart grants
+        ``get secrets``; a cluster that removed it gets an Unknown condition).
+        """
+        import kubernetes
+
+        try:
+            response = self.core().read_namespaced_secret(name, namespace,
+                                                          _preload_content=False)
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 403:
+                raise PermissionError(str(exc.reason)) from exc
+            raise
+        body = json.loads(response.data)
+        return frozenset((body.get("data") or {}).keys()) | \
+            frozenset((body.get("stringData") or {}).keys())
+
     def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
         self.core().patch_namespaced_pod(name, namespace,
                                          {"metadata": {"annotations": annotations}},
@@ -202,13 +242,31 @@ class PoolReconciler:
                                   drain_timeout=spec.drain_timeout)
         now = time.time()
         plan = rollout.decide(desired, views, hosts, now=now)
+        secret = self._check_secret(spec, namespace)
+        failures: list[str] = []
         posted = self._apply(plan, spec=spec, namespace=namespace, uid=uid, now=now,
-                             trigger=trigger)
+                             trigger=trigger, create=secret.status != "False",
+                             failures=failures)
 
         summary = plan.summary
         updates = [st.Condition(type=c["type"], status=c["status"], reason=c["reason"],
                                 message=c["message"])
                    for c in rollout.conditions_of(summary, replicas=spec.replicas)]
+        updates.append(secret)
+        was = st.condition_of(previous.get("conditions"), SECRET_CONDITION) or {}
+        if secret.status == "False" and (was.get("status"), was.get("reason")) != \
+                (secret.status, secret.reason):
+            posted.append(st.Event(type="Warning", reason=secret.reason, message=secret.message))
+        wants_pods = any(isinstance(a, rollout.Create) for a in plan.actions)
+        if failures:
+            updates.append(st.Condition(type=FAILURE_CONDITION, status="True",
+                                        reason="FailedCreate", message=failures[0]))
+        elif (wants_pods and secret.status != "False") or st.condition_of(
+                previous.get("conditions"), FAILURE_CONDITION) is not None:
+            updates.append(st.Condition(type=FAILURE_CONDITION, status="False",
+                                        reason="PodsCreated" if wants_pods else "NoFailure",
+                                        message="the last pod creation succeeded"
+                                        if wants_pods else "no pod creation is failing"))
         progressing = st.condition_of(previous.get("conditions"), "Progressing")
         if rollout.rollout_started(progressing, summary):
             posted.append(st.Event(type="Normal", reason="RolloutStarted",
@@ -233,8 +291,33 @@ class PoolReconciler:
         self.runtime.reconciled(KIND, result)
         return result
 
+    def _check_secret(self, spec: pools_spec.PoolSpec, namespace: str) -> st.Condition:
+        """Whether the DSN Secret and key exist, as the ``DSNSecretReady`` condition.
+
+        Pods of a missing Secret would only sit in CreateContainerConfigError, so
+        none are created while it is False; existing pods are left alone.
+        """
+        ref = f"Secret {namespace}/{spec.dsn_secret}"
+        try:
+            keys = self.pods.secret_keys(namespace, spec.dsn_secret)
+        except PermissionError as exc:
+            return st.Condition(type=SECRET_CONDITION, status="Unknown", reason="Forbidden",
+                                message=f"cannot read {ref} to check it: {exc}")
+        if keys is None:
+            return st.Condition(type=SECRET_CONDITION, status="False", reason="SecretNotFound",
+                                message=f"{ref} (spec.dsnSecretRef) does not exist; "
+                                        "no worker pods are created until it does")
+        if spec.dsn_key not in keys:
+            return st.Condition(type=SECRET_CONDITION, status="False", reason="KeyNotFound",
+                                message=f"{ref} has no key {spec.dsn_key!r} "
+                                        "(spec.dsnSecretRef.key); no worker pods are created "
+                                        "until it does")
+        return st.Condition(type=SECRET_CONDITION, status="True", reason="SecretFound",
+                            message=f"{ref} has the key {spec.dsn_key!r}")
+
     def _apply(self, plan: rollout.Plan, *, spec: pools_spec.PoolSpec, namespace: str,
-               uid: str, now: float, trigger: str) -> list[st.Event]:
+               uid: str, now: float, trigger: str, create: bool = True,
+               failures: list[str] | None = None) -> list[st.Event]:
         posted: list[st.Event] = []
         expires = spec.drain_timeout + DRAIN_EXPIRY_MARGIN
         for action in plan.actions:
@@ -277,11 +360,20 @@ class PoolReconciler:
                 else:
                     posted.append(st.Event(type="Normal", reason="Deleted",
                                            message=f"host {action.pod} is idle; pod deleted"))
-            elif isinstance(action, rollout.Create):
+            elif isinstance(action, rollout.Create) and create:
                 for _ in range(action.count):
                     pod = pools_spec.pod_name(spec)
-                    self.pods.create(namespace, pools_spec.pod_manifest(
-                        spec, name=pod, namespace=namespace, owner_uid=uid))
+                    try:
+                        self.pods.create(namespace, pools_spec.pod_manifest(
+                            spec, name=pod, namespace=namespace, owner_uid=uid))
+                    except Exception as exc:  # any refusal: quota, admission, bad template
+                        message = f"creating pod {pod} failed: {_api_reason(exc)}"
+                        logger.warning("%s/%s: %s [%s]", namespace, spec.name, message, trigger)
+                        posted.append(st.Event(type="Warning", reason="FailedCreate",
+                                               message=message))
+                        if failures is not None:
+                            failures.append(message)
+                        break  # the rest would fail alike; the next pass retries
                     logger.info("%s/%s: created pod %s (version %s) [%s]", namespace,
                                 spec.name, pod, spec.code_version, trigger)
                     posted.append(st.Event(type="Normal", reason="Created",

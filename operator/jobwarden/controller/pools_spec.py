@@ -37,6 +37,11 @@ CODE_VERSION_ANNOTATION = "jobwarden.io/code-version"
 #: When the operator decided to drain this pod's host (epoch seconds, the operator's clock).
 DRAIN_STARTED_ANNOTATION = "jobwarden.io/drain-started-at"
 DRAIN_REASON_ANNOTATION = "jobwarden.io/drain-reason"
+#: Worker pods are bare pods of a custom controller with an emptyDir: without this the
+#: cluster-autoscaler never removes a node that runs one. Evicting a worker is safe: it
+#: drains itself on SIGTERM within its grace period and the pool replaces it (the
+#: pool's PodDisruptionBudget paces evictions). A template can set "false".
+SAFE_TO_EVICT_ANNOTATION = "cluster-autoscaler.kubernetes.io/safe-to-evict"
 
 #: Labels every worker pod carries (docs/kubernetes.md; the chart selects on them).
 COMMON_LABELS = {
@@ -78,6 +83,9 @@ class PoolSpec:
     template_hash: str
     #: The pod manifest without ``metadata.name`` / ownerReferences (see :func:`pod_manifest`).
     template: dict[str, Any]
+    #: The Secret (and key) holding the DSN, checked before pods are created.
+    dsn_secret: str = ""
+    dsn_key: str = "dsn"
 
     @property
     def selector(self) -> str:
@@ -223,11 +231,7 @@ def parse_pool(name: str, spec: Mapping[str, Any] | None) -> PoolSpec:
     worker.setdefault("livenessProbe", {"httpGet": {"path": "/healthz", "port": "http"},
                                         "initialDelaySeconds": 10, "periodSeconds": 10,
                                         "failureThreshold": 6})
-    worker.setdefault("securityContext", {
-        "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-        "capabilities": {"drop": ["ALL"]}})
-    pod.setdefault("securityContext", {"runAsNonRoot": True, "runAsUser": 10001,
-                                       "runAsGroup": 10001, "fsGroup": 10001})
+    restrict(pod)
     pod["terminationGracePeriodSeconds"] = drain + EXIT_MARGIN_SECONDS
     pod.setdefault("restartPolicy", "Always")
 
@@ -237,11 +241,49 @@ def parse_pool(name: str, spec: Mapping[str, Any] | None) -> PoolSpec:
     worker["env"].insert(0, _env("JOBWARDEN_CODE_VERSION", code_version))
     meta["labels"] = {**dict(meta.get("labels") or {}), **COMMON_LABELS,
                       POOL_LABEL: name, HASH_LABEL: digest}
-    meta["annotations"] = {**dict(meta.get("annotations") or {}),
+    meta["annotations"] = {SAFE_TO_EVICT_ANNOTATION: "true",
+                           **dict(meta.get("annotations") or {}),
                            CODE_VERSION_ANNOTATION: code_version}
     return PoolSpec(name=name, replicas=replicas, queues=queues, drain_timeout=drain,
                     max_surge=max_surge, max_unavailable=max_unavailable, http_port=http_port,
-                    code_version=code_version, template_hash=digest, template=template)
+                    code_version=code_version, template_hash=digest, template=template,
+                    dsn_secret=str(secret["name"]), dsn_key=secret_key)
+
+
+#: What every container the operator runs gets unless the template says otherwise:
+#: the ``restricted`` Pod Security Standard (kubernetes.io/docs/concepts/security/
+#: pod-security-standards), so worker pods are admitted in namespaces enforcing it.
+CONTAINER_SECURITY = {
+    "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+}
+POD_SECURITY = {
+    "runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def restrict(pod: dict[str, Any]) -> None:
+    """Fill the restricted-level security fields the template leaves unset (in place).
+
+    Key by key, so a template that sets only ``runAsUser`` still gets the
+    seccomp profile and the dropped capabilities; a value the template sets wins
+    (the admission controller then judges it). Job code gets no ServiceAccount
+    token unless the template asks for one: workers never call the Kubernetes API.
+    """
+    pod.setdefault("automountServiceAccountToken", False)
+    pod_context = pod.setdefault("securityContext", {})
+    if isinstance(pod_context, dict):
+        for key, value in POD_SECURITY.items():
+            pod_context.setdefault(key, copy.deepcopy(value))
+    for field in ("initContainers", "containers"):
+        for container in pod.get(field) or []:
+            if not isinstance(container, dict):
+                continue
+            context = container.setdefault("securityContext", {})
+            if isinstance(context, dict):
+                for key, value in CONTAINER_SECURITY.items():
+                    context.setdefault(key, copy.deepcopy(value))
 
 
 _ALPHABET = string.ascii_lowercase + string.digits
