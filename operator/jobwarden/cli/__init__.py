@@ -40,6 +40,7 @@ COMMAND_MODULES = [
     "jobwarden.cli.operator",
     "jobwarden.cli.leases",
     "jobwarden.cli.queues",
+    "jobwarden.cli.console",
 ]
 
 _ERROR_CODES: list[tuple[type[BaseException], int]] = [

@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import re
 
-from jobwarden.structs.search import JobFilter
+from jobwarden.structs.search import JobFilter, parse_time
 from jobwarden.structs.states import JobStatus
-
-_AGO = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd])$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def add_filter_flags(parser: argparse.ArgumentParser) -> None:
@@ -24,19 +20,6 @@ def add_filter_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--until", metavar="TIME", help="created before TIME (same forms)")
     parser.add_argument("--text", help="case-insensitive text in the data or the last error")
     parser.add_argument("--error", help="case-insensitive text in the last error")
-
-
-def parse_time(text: str, *, flag: str, now: datetime.datetime) -> datetime.datetime:
-    """ISO 8601 (naive = UTC) or an age (``15m`` = fifteen minutes before ``now``)."""
-    match = _AGO.match(text.strip())
-    if match:
-        return now - datetime.timedelta(
-            seconds=float(match.group("n")) * _UNIT[match.group("unit")])
-    try:
-        value = datetime.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(f"{flag} {text!r} is neither ISO 8601 nor an age like 15m") from None
-    return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)
 
 
 def job_filter(args: argparse.Namespace, *, now: datetime.datetime) -> JobFilter:

@@ -340,6 +340,11 @@ class JobsTable:
         rows = self._db.rows("job_search", {**where.params(), "before": before, "limit": limit})
         return [_record(r) for r in rows]
 
+    def schedule_recent(self, name: str, *, limit: int = 5) -> list[JobRecord]:
+        """A schedule's latest jobs, newest first (each is one enqueued slot)."""
+        return [_record(r) for r in self._db.rows("job_schedule_recent",
+                                                  {"name": name, "limit": limit})]
+
     def count(self, where: JobFilter, *, cap: int) -> int:
         """How many jobs match, counting at most ``cap`` (bounded work)."""
         found = self._db.row("job_count_capped", {**where.params(), "cap": cap})

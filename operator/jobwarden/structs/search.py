@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import re
 from typing import Any
 
 from jobwarden.structs.states import JobStatus
@@ -67,3 +68,20 @@ class BulkResult:
 
     def as_json(self) -> dict[str, Any]:
         return {"action": self.action, "count": self.count, "dry_run": self.dry_run}
+
+
+_AGO = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhd])$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_time(text: str, *, flag: str, now: datetime.datetime) -> datetime.datetime:
+    """ISO 8601 (naive = UTC) or an age (``15m`` = fifteen minutes before ``now``)."""
+    match = _AGO.match(text.strip())
+    if match:
+        return now - datetime.timedelta(
+            seconds=float(match.group("n")) * _UNIT[match.group("unit")])
+    try:
+        value = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(f"{flag} {text!r} is neither ISO 8601 nor an age like 15m") from None
+    return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)

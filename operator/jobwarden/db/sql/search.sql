@@ -97,3 +97,13 @@ done AS (
 )
 SELECT (SELECT count(*) FROM done), (SELECT min(id) FROM batch), (SELECT count(*) FROM batch),
        0;
+
+-- name: job_schedule_recent
+-- A schedule's latest jobs (its enqueued slots and what became of them), newest
+-- first, from jobs_schedule_idx.
+SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
+       timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
+       cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
+       created_at, updated_at, finished_at
+FROM {schema}.jobs WHERE schedule_name = %(name)s
+ORDER BY id DESC LIMIT %(limit)s;

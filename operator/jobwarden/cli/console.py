@@ -1,0 +1,62 @@
+"""``jobwarden console``: serve the browser console (needs ``jobwarden[console]``)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from jobwarden import errors
+from jobwarden.cli import EXIT_OK, common
+
+
+def register(subparsers: Any) -> None:
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "console", help="serve the browser console",
+        description="Serve the Jobwarden console. Off unless started; on an address other "
+                    "than loopback a token is required (JOBWARDEN_CONSOLE_TOKEN or "
+                    "--token-file), sent as a Bearer token or as the basic-auth password.")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=8787, help="port (default 8787)")
+    parser.add_argument("--token-file", type=Path, metavar="PATH",
+                        help="file holding the access token (default $JOBWARDEN_CONSOLE_TOKEN)")
+    parser.add_argument("--read-only", action="store_true",
+                        help="show everything, change nothing (every action refused)")
+    parser.add_argument("--refresh", type=float, default=3.0, metavar="SECONDS",
+                        help="live-update interval of the pages (default 3)")
+    parser.set_defaults(handler=cmd_console)
+
+
+def _token(args: argparse.Namespace) -> str | None:
+    if args.token_file is not None:
+        try:
+            return args.token_file.read_text(encoding="utf-8").strip() or None
+        except OSError as exc:
+            raise errors.ConfigurationError(f"cannot read --token-file: {exc.strerror}") from exc
+    return os.environ.get("JOBWARDEN_CONSOLE_TOKEN") or None
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+
+        from jobwarden.console.app import build_app
+        from jobwarden.console.settings import ConsoleSettings
+    except ImportError as exc:
+        raise errors.ConfigurationError(
+            f"the console needs its extra: pip install 'jobwarden[console]' ({exc.name} missing)"
+        ) from exc
+    from jobwarden.client import Client
+    from jobwarden.db.database import Database
+
+    settings = ConsoleSettings(host=args.host, port=args.port, token=_token(args),
+                               read_only=args.read_only, refresh_seconds=args.refresh).check()
+    # No server-side prepared statements: each search is planned for its own filter.
+    database = Database(common.dsn(args), schema=common.schema(args), min_size=1, max_size=8,
+                        verify=True, prepare_threshold=None, application_name="jobwarden-console")
+    with Client(database=database, owns_database=True) as client:
+        app = build_app(client, settings)
+        uvicorn.run(app, host=settings.host, port=settings.port, log_config=None,
+                    access_log=False, server_header=False, proxy_headers=False)
+    return EXIT_OK

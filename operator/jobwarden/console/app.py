@@ -1,0 +1,80 @@
+"""Assembling the console's ASGI app: routes, middleware (auth, CSRF, headers, access log)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from jobwarden.client import Client
+from jobwarden.console import actions, pages, rendering, security
+from jobwarden.console.settings import ConsoleSettings
+
+logger = logging.getLogger("jobwarden.console")
+
+Next = Callable[[Request], Awaitable[Response]]
+
+
+class Guard(BaseHTTPMiddleware):
+    """Auth, the session cookie behind CSRF tokens, security headers and an access log.
+
+    The access log names the method, the route's path (never the query string,
+    which may hold search text taken from job data), the status and the time.
+    """
+
+    def __init__(self, app: Any, *, settings: ConsoleSettings) -> None:
+        super().__init__(app)
+        self.settings = settings
+
+    async def dispatch(self, request: Request, call_next: Next) -> Response:
+        started = time.perf_counter()
+        response: Response
+        session = request.cookies.get(security.SESSION_COOKIE)
+        if not security.authorized(request, self.settings.token):
+            response = PlainTextResponse(
+                "authentication required", status_code=401,
+                headers={"WWW-Authenticate": 'Basic realm="Jobwarden console"'})
+        else:
+            fresh = session is None
+            current = session or security.new_session()
+            request.state.session = current
+            response = await call_next(request)
+            if fresh:
+                response.set_cookie(security.SESSION_COOKIE, current, httponly=True,
+                                    samesite="strict", secure=request.url.scheme == "https",
+                                    path="/")
+        for key, value in security.HEADERS.items():
+            response.headers.setdefault(key, value)
+        logger.info("%s %s %d %.1fms", request.method, request.url.path, response.status_code,
+                    (time.perf_counter() - started) * 1000)
+        return response
+
+
+def build_app(client: Client, settings: ConsoleSettings) -> Starlette:
+    """The console app over ``client`` (which it does not close)."""
+    settings.check()
+    context = pages.Context(client=client, settings=settings, env=rendering.environment())
+    routes = [
+        Route("/", context.page(pages.overview)),
+        Route("/queues", context.page(pages.queues)),
+        Route("/jobs", context.page(pages.jobs)),
+        Route("/jobs/{job_id:int}", context.page(pages.job)),
+        Route("/schedules", context.page(pages.schedules)),
+        Route("/leases", context.page(pages.leases)),
+        Route("/hosts", context.page(pages.hosts)),
+        Route("/healthz", lambda _request: PlainTextResponse("ok")),
+        Route("/actions/{name}", context.action(actions.ACTIONS), methods=["POST"]),
+        Mount("/static", StaticFiles(packages=[("jobwarden.console", "static")]),
+              name="static"),
+    ]
+    return Starlette(routes=routes,
+                     middleware=[Middleware(Guard, settings=settings)])
