@@ -71,6 +71,9 @@ class Context:
     def action(self, table: Mapping[str, Action]
                ) -> Callable[[Request], Awaitable[Response]]:
         async def endpoint(request: Request) -> Response:
+            if self.settings.read_only:
+                return self.render(request, "error.html",
+                                   {"message": "refused: the console is read-only"}, 403)
             form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
             if not security.same_origin(request) or not security.csrf_ok(
                     self.settings.secret, request.cookies.get(security.SESSION_COOKIE),
@@ -78,9 +81,6 @@ class Context:
                 return self.render(request, "error.html", {
                     "message": "refused: this form's security token is missing or stale; "
                                "reload the page and try again"}, 403)
-            if self.settings.read_only:
-                return self.render(request, "error.html",
-                                   {"message": "refused: the console is read-only"}, 403)
             handler = table.get(request.path_params["name"])
             if handler is None:
                 return self.render(request, "error.html", {"message": "no such action"}, 404)
