@@ -77,7 +77,8 @@ def csrf_ok(secret: bytes, session: str | None, offered: str | None) -> bool:
 
 def same_origin(request: Request) -> bool:
     """A browser's Origin header, when present, must name this console's host."""
-    origin = request.headers.get("origin")
+    origin: str | None = request.headers.get("origin")
     if origin is None or origin == "null":
         return origin is None
-    return urllib.parse.urlsplit(origin).netloc == request.headers.get("host", "")
+    host: str = request.headers.get("host", "")
+    return urllib.parse.urlsplit(origin).netloc == host
