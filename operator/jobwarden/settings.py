@@ -53,9 +53,10 @@ def default_host_name() -> str:
 class DatabaseSettings:
     dsn: str
     schema: str = "jobwarden"
-    #: psycopg prepares a query after this many runs; None disables it (for
-    #: PgBouncer releases without prepared-statement support).
-    prepare_threshold: int | None = 5
+    #: psycopg prepares a query after this many runs; None (the default, safe
+    #: behind any transaction-mode pooler) never prepares. The Database reads
+    #: JOBWARDEN_PREPARED_STATEMENTS (on | off | N), see docs/operations.md.
+    prepare_threshold: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

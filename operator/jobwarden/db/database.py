@@ -12,11 +12,12 @@ from __future__ import annotations
 import contextlib
 import datetime
 import logging
+import os
 import re
 import select
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, LiteralString, cast
+from typing import Any, Literal, LiteralString, cast
 
 import psycopg
 import psycopg.errors
@@ -70,6 +71,33 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+PREPARED_STATEMENTS_ENV = "JOBWARDEN_PREPARED_STATEMENTS"
+
+
+def env_prepare_threshold() -> int | None:
+    """Server-side prepared statements: off unless ``JOBWARDEN_PREPARED_STATEMENTS`` says.
+
+    Off by default because a transaction-mode pooler (PgBouncer before 1.21, or
+    1.21+ without ``max_prepared_statements``) hands each transaction to any
+    server connection, where psycopg's ``_pg3_N`` statement does not exist. ``on``
+    prepares a query after 5 runs (psycopg's default); a number sets that count
+    (0: prepare at once); ``off`` never prepares.
+    """
+    raw = os.environ.get(PREPARED_STATEMENTS_ENV, "").strip().lower()
+    if raw in ("", "off", "false", "no", "none"):
+        return None
+    if raw in ("on", "true", "yes"):
+        return 5
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise errors.ConfigurationError(
+            f"{PREPARED_STATEMENTS_ENV}={raw!r}: use on, off or a number of runs (0 or more)")
+    return value
+
+
 class _QuietReconnects(logging.Filter):
     """Drop psycopg_pool's per-attempt connect warnings for Jobwarden's pools.
 
@@ -106,7 +134,7 @@ class Database:
         max_size: int = 8,
         timeout: float = 10.0,
         application_name: str = "jobwarden",
-        prepare_threshold: int | None = 5,
+        prepare_threshold: int | Literal["env"] | None = "env",
         verify: bool = False,
     ) -> None:
         if not dsn:
@@ -124,6 +152,8 @@ class Database:
         self._timeout = timeout
         if verify:
             self.check()
+        if prepare_threshold == "env":
+            prepare_threshold = env_prepare_threshold()
         self._connect_kwargs: dict[str, Any] = {
             "autocommit": True,
             "prepare_threshold": prepare_threshold,
