@@ -4,20 +4,25 @@ The public API is what this module exports; everything else is importable but
 not promised to stay where it is.
 """
 
+from jobwarden.asyncclient import AsyncClient
 from jobwarden.client import Client
 from jobwarden.definitions import Job, job
 from jobwarden.errors import (
     BadJobData,
     ConfigurationError,
     DatabaseUnavailable,
+    InvalidJobData,
     InvalidPayload,
     JobCancelled,
+    JobFailed,
     JobFenced,
     JobNotFound,
     JobTimeout,
     JobwardenError,
     SchemaMissing,
     UnknownJob,
+    UnsupportedConnection,
+    WaitTimeout,
 )
 from jobwarden.leases import Lease, LeaseBusy, LeaseEvent, LeaseLost, LeaseNotReleased, literal
 from jobwarden.schedules.errors import ScheduleError
@@ -25,13 +30,16 @@ from jobwarden.schedules.registry import schedule
 from jobwarden.structs.states import JobStatus
 
 __all__ = [
+    "AsyncClient",
     "BadJobData",
     "Client",
     "ConfigurationError",
     "DatabaseUnavailable",
+    "InvalidJobData",
     "InvalidPayload",
     "Job",
     "JobCancelled",
+    "JobFailed",
     "JobFenced",
     "JobNotFound",
     "JobStatus",
@@ -45,6 +53,8 @@ __all__ = [
     "ScheduleError",
     "SchemaMissing",
     "UnknownJob",
+    "UnsupportedConnection",
+    "WaitTimeout",
     "job",
     "literal",
     "schedule",

@@ -1,44 +1,43 @@
-"""The application-facing API: enqueue, inspect, cancel, retry, purge, stats.
+"""The application-facing API: enqueue, inspect, cancel, retry, purge, wait, stats.
 
-Synchronous on purpose: it is called from web requests, scripts and the CLI,
-and one implementation (not mirrored sync and async APIs) keeps it small. Async
-code can call it through ``asyncio.to_thread``.
+``Client`` is the blocking shell and ``AsyncClient`` (``asyncclient.py``) the
+asyncio one; both only drive the plans of ``operations.py``, which hold every
+rule once. Every enqueue takes an optional ``conn=``: the application's own
+connection or transaction, so the job commits (and wakes workers) exactly when
+the application's transaction does.
 """
 
 from __future__ import annotations
 
 import datetime
-import json
-import math
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
-from jobwarden import definitions, errors, leases, metrics, settings
+from jobwarden import definitions, errors, leases, operations, settings
 from jobwarden import hosts as _hosts
 from jobwarden.db import jobs as db_jobs
+from jobwarden.db import plans
 from jobwarden.db.database import Database
 from jobwarden.schedules.store import Schedules
 from jobwarden.structs.jobs import AttemptRecord, EnqueueResult, JobRecord, JobSpec
 from jobwarden.structs.queues import QueueSummary
 from jobwarden.structs.search import BULK_STATUSES, BulkResult, JobFilter
-from jobwarden.structs.states import TERMINAL, JobStatus
+from jobwarden.structs.states import JobStatus
 
 JobRef = definitions.JobRef
+T = TypeVar("T")
+#: A psycopg ``Connection``/``Transaction``, a SQLAlchemy ``Session``/``Connection`` on
+#: psycopg, or Django's connection (``Any`` here: only db/ may name psycopg's types).
+CallerConnection = Any
 
-
-def check_payload(data: Any) -> None:
-    """Refuse data that would not round-trip through JSON, before anything is stored."""
-    try:
-        json.dumps(data, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise errors.InvalidPayload(f"job data must be JSON-serialisable: {exc}") from exc
+#: Kept for callers of the old location; the rule lives in operations.
+check_payload = operations.check_payload
 
 
 def _queue_name(queue: str) -> str:
     if not isinstance(queue, str) or not 1 <= len(queue) <= 128:
         raise ValueError("a queue name is 1 to 128 characters")
     return queue
-
 
 class Client:
     """A connection pool to one Jobwarden schema plus the operations on it."""
@@ -82,77 +81,41 @@ class Client:
     #: ``client.lease(name, *, ttl, wait=0, on_busy="fail", ...)``: see jobwarden.leases.
     lease = leases.lease
 
+    def _run(self, plan: plans.Plan[T], conn: CallerConnection = None) -> T:
+        joined = None if conn is None else plans.caller_connection(conn)
+        return plans.run(self.db, plan, joined)
+
     # -- enqueue -------------------------------------------------------------------
 
-    def spec(
-        self, job: JobRef, data: Any = None, *, queue: str | None = None,
-        priority: int | None = None, run_at: datetime.datetime | None = None,
-        delay: float | datetime.timedelta | None = None, unique_key: str | None = None,
-        max_retries: int | None = None, timeout: float | None = None,
-        idempotent: bool | None = None, check: bool = True,
-    ) -> JobSpec:
+    def spec(self, job: JobRef, data: Any = None, **options: Any) -> JobSpec:
         """Validate one enqueue request and build its row (nothing is written)."""
-        path, cls = definitions.reference(job, must_import=check)
-        check_payload(data)
-        if run_at is not None and run_at.tzinfo is None:
-            raise ValueError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
-        delay_seconds = delay.total_seconds() if isinstance(delay, datetime.timedelta) \
-            else float(delay or 0.0)
-        if not math.isfinite(delay_seconds) or delay_seconds < 0:
-            raise ValueError("delay must be a non-negative number of seconds")
-        if unique_key is not None and not unique_key.strip():
-            raise ValueError("unique_key must not be blank")
-        base: type[definitions.Job] = cls or definitions.Job
-        resolved_timeout = float(timeout if timeout is not None else base.timeout)
-        resolved_retries = int(max_retries if max_retries is not None else base.max_retries)
-        if resolved_timeout <= 0 or not math.isfinite(resolved_timeout):
-            raise ValueError("timeout must be a positive number of seconds")
-        if resolved_retries < 0:
-            raise ValueError("max_retries must not be negative")
-        return JobSpec(
-            job_class=path,
-            data=data,
-            queue=queue or base.queue,
-            priority=int(priority if priority is not None else base.priority),
-            run_at=run_at,
-            delay_seconds=delay_seconds,
-            max_retries=resolved_retries,
-            timeout_seconds=resolved_timeout,
-            idempotent=bool(idempotent if idempotent is not None else base.idempotent),
-            unique_key=unique_key,
-        )
+        return operations.spec(job, data, **options)
 
-    def enqueue(self, job: JobRef, data: Any = None, **options: Any) -> EnqueueResult:
-        """Enqueue one job; returns its id and whether the unique key made it a duplicate."""
-        return self.enqueue_specs([self.spec(job, data, **options)])[0]
+    def enqueue(self, job: JobRef, data: Any = None, *, conn: CallerConnection = None,
+                **options: Any) -> EnqueueResult:
+        """Enqueue one job; returns its id and whether the unique key made it a duplicate.
+
+        With ``conn`` the insert joins that connection's transaction: the job exists,
+        and workers are woken, exactly when the caller commits.
+        """
+        return self.enqueue_specs([operations.spec(job, data, **options)], conn=conn)[0]
 
     def enqueue_many(self, job: JobRef, datas: Iterable[Any], *,
                      unique_keys: Sequence[str | None] | None = None,
-                     **options: Any) -> list[EnqueueResult]:
-        """Enqueue one job per data item in a single round trip."""
-        items = list(datas)
-        keys = list(unique_keys) if unique_keys is not None else [None] * len(items)
-        if len(keys) != len(items):
-            raise ValueError("unique_keys must have one entry per data item")
-        specs = [self.spec(job, d, unique_key=k, **options) for d, k in zip(items, keys,
-                                                                             strict=True)]
-        return self.enqueue_specs(specs)
+                     conn: CallerConnection = None, **options: Any) -> list[EnqueueResult]:
+        """Enqueue one job per data item in a single statement (all validated first)."""
+        specs = operations.specs_for_many(job, datas, unique_keys=unique_keys, **options)
+        return self.enqueue_specs(specs, conn=conn)
 
-    def enqueue_specs(self, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
-        """Insert prepared rows (mixed classes allowed) in one round trip."""
-        results = self.db.jobs.insert_many(specs)
-        for spec, result in zip(specs, results, strict=True):
-            if not result.duplicate:
-                metrics.JOBS_ENQUEUED.labels(spec.queue, spec.job_class).inc()
-        return results
+    def enqueue_specs(self, specs: Sequence[JobSpec], *,
+                      conn: CallerConnection = None) -> list[EnqueueResult]:
+        """Insert prepared rows (mixed classes allowed) in one statement."""
+        return self._run(operations.enqueue(specs, schema=self.db.schema), conn)
 
-    # -- inspect and manage --------------------------------------------------------
+    # -- inspect, wait and manage --------------------------------------------------
 
     def job(self, job_id: int) -> JobRecord:
-        found = self.db.jobs.get(job_id)
-        if found is None:
-            raise errors.JobNotFound(f"no job with id {job_id}")
-        return found
+        return self._run(operations.job(job_id))
 
     def attempts(self, job_id: int) -> list[AttemptRecord]:
         """The job's attempt history (the last 25 attempts), oldest first."""
@@ -161,8 +124,17 @@ class Client:
 
     def jobs(self, *, status: JobStatus | str | None = None, queue: str | None = None,
              job_class: str | None = None, limit: int = 50) -> list[JobRecord]:
-        wanted = JobStatus(status) if isinstance(status, str) else status
-        return self.db.jobs.recent(status=wanted, queue=queue, job_class=job_class, limit=limit)
+        return self._run(operations.jobs(status=status, queue=queue, job_class=job_class,
+                                         limit=limit))
+
+    def wait(self, job_id: int, *, timeout: float | None) -> Any:
+        """Block until the job finishes: its stored result, or its error raised.
+
+        Raises :class:`jobwarden.JobFailed` (failed, cancelled, interrupted),
+        :class:`jobwarden.WaitTimeout` after ``timeout`` seconds (``None``: no limit),
+        :class:`jobwarden.JobNotFound`. Woken by NOTIFY, not by tight polling.
+        """
+        return self._run(operations.wait(job_id, timeout=timeout))
 
     def search(self, where: JobFilter | None = None, *, before: int | None = None,
                limit: int = 50) -> list[JobRecord]:
@@ -192,31 +164,16 @@ class Client:
 
         Returns the status after the call; a finished job is left as it is.
         """
-        changed = self.db.jobs.cancel(job_id)
-        if changed is not None:
-            return changed
-        return self.job(job_id).status
+        return self._run(operations.cancel(job_id, schema=self.db.schema))
 
     def retry(self, job_id: int) -> bool:
         """Run a failed, interrupted or cancelled job again (one more attempt)."""
-        if self.db.jobs.retry(job_id):
-            return True
-        self.job(job_id)  # raises JobNotFound for a wrong id
-        return False
+        return self._run(operations.retry(job_id))
 
     def purge(self, *, status: JobStatus | str | Iterable[JobStatus | str] = JobStatus.COMPLETED,
               older_than: float | datetime.timedelta = 0.0) -> int:
         """Delete finished jobs of the given status(es) finished more than ``older_than`` ago."""
-        raw = [status] if isinstance(status, (str, JobStatus)) else list(status)
-        statuses = [JobStatus(s) for s in raw]
-        for s in statuses:
-            if s not in TERMINAL:
-                raise ValueError(f"only finished jobs can be purged, not {s.value!r}")
-        seconds = older_than.total_seconds() if isinstance(older_than, datetime.timedelta) \
-            else float(older_than)
-        if seconds < 0:
-            raise ValueError("older_than must not be negative")
-        return self.db.jobs.purge(statuses=statuses, older_than_seconds=seconds)
+        return self._run(operations.purge(status=status, older_than=older_than))
 
     # -- queues ----------------------------------------------------------------------
 
@@ -236,8 +193,4 @@ class Client:
 
     def stats(self) -> dict[str, dict[str, int]]:
         """``{queue: {status: count}}`` with every status present (zeros included)."""
-        out: dict[str, dict[str, int]] = {}
-        for stat in self.db.jobs.stats():
-            per = out.setdefault(stat.queue, {s.value: 0 for s in JobStatus})
-            per[stat.status.value] = stat.count
-        return out
+        return self._run(operations.stats())

@@ -58,3 +58,36 @@ class BadJobData(JobwardenError):
 
     Retrying cannot fix the data, so the attempt fails without retries.
     """
+
+
+class UnsupportedConnection(JobwardenError, TypeError):
+    """``conn=`` is not a connection Jobwarden can join (see docs/jobs.md, transactions)."""
+
+
+class InvalidJobData(InvalidPayload):
+    """Job data that does not fit the job's declared data type or function signature.
+
+    Raised at enqueue, before anything is stored.
+    """
+
+
+class JobFailed(JobwardenError):
+    """``wait`` on a job that finished without a result: failed, cancelled or interrupted.
+
+    ``status`` is the job's final status, ``error`` its last recorded error.
+    """
+
+    def __init__(self, *, job_id: int, status: str, error: str | None) -> None:
+        last = (error or "").strip().splitlines()
+        super().__init__(f"job {job_id} {status}" + (f": {last[-1]}" if last else ""))
+        self.job_id = job_id
+        self.status = status
+        self.error = error
+
+
+class WaitTimeout(JobwardenError, TimeoutError):
+    """``wait`` gave up: the job had not finished within the timeout (it may still)."""
+
+    def __init__(self, message: str, *, job_id: int) -> None:
+        super().__init__(message)
+        self.job_id = job_id

@@ -8,10 +8,9 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import psycopg.errors
 from psycopg.types.json import Jsonb
 
-from jobwarden.db.database import translate_errors
+from jobwarden.db import plans
 from jobwarden.structs.jobs import (
     AttemptRecord,
     ClaimedJob,
@@ -31,6 +30,8 @@ if TYPE_CHECKING:
     from jobwarden.db.database import Connection, Database, Row
 
 JOBS_TOPIC = "jobs"
+#: Terminal writes NOTIFY this topic with the job ids (``Client.wait`` listens).
+DONE_TOPIC = "done"
 
 #: From this many rows on, a batch goes through binary COPY (job_copy): four
 #: round trips (BEGIN, ids, COPY, COMMIT) instead of one, but no arrays to build
@@ -80,131 +81,12 @@ class JobsTable:
     def __init__(self, db: Database) -> None:
         self._db = db
         self.channel = f"{db.schema}_{JOBS_TOPIC}"
+        self.done_channel = f"{db.schema}_{DONE_TOPIC}"
 
     def insert_many(self, specs: Sequence[JobSpec], *,
                     conn: Connection | None = None) -> list[EnqueueResult]:
-        """Insert jobs, one result per spec in order; a unique-key duplicate returns the
-        existing id (``duplicate=True``), also for a duplicate within the batch.
-
-        Large batches go through binary COPY (:meth:`_copy`). COPY cannot skip a
-        conflicting row, so it is tried optimistically: when a unique key already
-        exists (or a batch repeats a key), the batch is redone by the one-statement
-        ``INSERT ... ON CONFLICT`` (:meth:`_insert_unnest`), which reports each
-        duplicate. Either way the results are the same.
-        """
-        if not specs:
-            return []
-        if len(specs) == 1:
-            return [self._insert_one(specs[0], conn=conn)]
-        if len(specs) >= COPY_MIN_ROWS and _keys_distinct(specs):
-            copied = self._copy(specs, conn=conn)
-            if copied is not None:
-                return copied
-        return self._insert_unnest(specs, conn=conn)
-
-    def _copy(self, specs: Sequence[JobSpec], *,
-              conn: Connection | None) -> list[EnqueueResult] | None:
-        """Insert every spec by binary COPY; None (nothing written) on a unique-key clash.
-
-        In the caller's transaction the attempt runs in a savepoint, so a clash
-        undoes only the COPY (and its NOTIFY), never the caller's other work.
-        """
-        try:
-            if conn is None:
-                with self._db.transaction() as own:
-                    return self._copy_in(own, specs)
-            with translate_errors(), conn.transaction():
-                return self._copy_in(conn, specs)
-        except psycopg.errors.UniqueViolation:
-            return None
-
-    def _copy_in(self, conn: Connection, specs: Sequence[JobSpec]) -> list[EnqueueResult]:
-        queues = sorted({s.queue for s in specs})
-        found = self._db.row("job_copy_begin", {"n": len(specs), "queues": queues,
-                                                "channel": self.channel}, conn=conn)
-        assert found is not None
-        now: datetime.datetime = found[0]
-        ids: list[int] = found[1]
-        with conn.cursor() as cursor, cursor.copy(self._db.sql("job_copy")) as copy:
-            copy.set_types(_COPY_TYPES)
-            for id_, s in zip(ids, specs, strict=True):
-                run_at = s.run_at if s.run_at is not None else now
-                if s.delay_seconds:
-                    run_at += datetime.timedelta(seconds=s.delay_seconds)
-                copy.write_row((id_, s.queue, s.job_class, Jsonb(s.data), s.priority, run_at,
-                                s.max_retries, s.timeout_seconds, s.idempotent, s.unique_key,
-                                s.lease_name, s.schedule_name, s.on_busy,
-                                s.lease_ttl_seconds))
-        return [EnqueueResult(id=id_, duplicate=False) for id_ in ids]
-
-    def _insert_unnest(self, specs: Sequence[JobSpec], *,
-                       conn: Connection | None) -> list[EnqueueResult]:
-        """Insert jobs in one statement; a unique-key duplicate returns the existing id."""
-        params: dict[str, Any] = {
-            "queues": [s.queue for s in specs],
-            "classes": [s.job_class for s in specs],
-            "datas": [Jsonb(s.data) for s in specs],
-            "priorities": [s.priority for s in specs],
-            "run_ats": [s.run_at for s in specs],
-            "delays": [s.delay_seconds for s in specs],
-            "max_retries": [s.max_retries for s in specs],
-            "timeouts": [s.timeout_seconds for s in specs],
-            "idempotents": [s.idempotent for s in specs],
-            "unique_keys": [s.unique_key for s in specs],
-            "lease_names": [s.lease_name for s in specs],
-            "schedule_names": [s.schedule_name for s in specs],
-            "on_busys": [s.on_busy for s in specs],
-            "lease_ttls": [s.lease_ttl_seconds for s in specs],
-            "channel": self.channel,
-        }
-        rows = self._db.rows("job_insert_many", params, conn=conn)
-        results: list[EnqueueResult | None] = []
-        missing: list[str] = []
-        for _ord, inserted_id, unique_key, _n in rows:
-            if inserted_id is not None:
-                results.append(EnqueueResult(id=inserted_id, duplicate=False))
-            else:
-                results.append(None)
-                missing.append(unique_key)
-        if missing:
-            # Duplicates: the existing row may have been committed by a concurrent
-            # enqueuer after this statement's snapshot, so look it up afresh.
-            found: dict[str, int] = dict(
-                self._db.rows("job_ids_by_unique_key", {"unique_keys": missing}, conn=conn))
-            in_batch: dict[str, int] = {}
-            for spec, result in zip(specs, results, strict=True):
-                if result is not None and spec.unique_key is not None:
-                    in_batch.setdefault(spec.unique_key, result.id)
-            for index, (spec, result) in enumerate(zip(specs, results, strict=True)):
-                if result is None:
-                    assert spec.unique_key is not None
-                    existing = in_batch.get(spec.unique_key, found.get(spec.unique_key))
-                    if existing is None:
-                        raise RuntimeError(
-                            f"unique key {spec.unique_key!r} conflicted but no row holds it"
-                        )
-                    results[index] = EnqueueResult(id=existing, duplicate=True)
-        return [r for r in results if r is not None]
-
-    def _insert_one(self, spec: JobSpec, *, conn: Connection | None) -> EnqueueResult:
-        found = self._db.row("job_insert_one", {
-            "queue": spec.queue, "job_class": spec.job_class, "data": Jsonb(spec.data),
-            "priority": spec.priority, "run_at": spec.run_at, "delay": spec.delay_seconds,
-            "max_retries": spec.max_retries, "timeout": spec.timeout_seconds,
-            "idempotent": spec.idempotent, "unique_key": spec.unique_key,
-            "lease_name": spec.lease_name, "schedule_name": spec.schedule_name,
-            "on_busy": spec.on_busy, "lease_ttl": spec.lease_ttl_seconds,
-            "channel": self.channel,
-        }, conn=conn)
-        if found is not None:
-            return EnqueueResult(id=found[0], duplicate=False)
-        assert spec.unique_key is not None  # only a unique-key conflict inserts nothing
-        # The existing row may be newer than this statement's snapshot: look again.
-        existing = self._db.row("job_ids_by_unique_key", {"unique_keys": [spec.unique_key]},
-                                conn=conn)
-        if existing is None:
-            raise RuntimeError(f"unique key {spec.unique_key!r} conflicted but no row holds it")
-        return EnqueueResult(id=existing[1], duplicate=True)
+        """Insert jobs, one result per spec in order (see :func:`insert_plan`)."""
+        return plans.run(self._db, insert_plan(specs, channel=self.channel), conn)
 
     def claim(self, *, host: str, limit: int, grace_seconds: float,
               queues: Sequence[str] | None = None, host_cap: bool = False,
@@ -270,6 +152,7 @@ class JobsTable:
             "tokens": [c.claim_token for c in completions],
             "results": [Jsonb(c.result) for c in completions],
             "lease_lost": [c.lease_lost for c in completions],
+            "done_channel": self.done_channel,
         })
         return {r[0] for r in rows}
 
@@ -278,12 +161,14 @@ class JobsTable:
         found = self._db.row("job_fail", {
             "id": failure.id, "token": failure.claim_token, "error": failure.error,
             "retryable": failure.retryable, "retry_in": failure.retry_in_seconds,
+            "done_channel": self.done_channel,
         })
         return JobStatus(found[0]) if found else None
 
     def mark_cancelled(self, *, job_id: int, claim_token: uuid.UUID, error: str) -> bool:
         return self._db.row("job_cancelled", {"id": job_id, "token": claim_token,
-                                              "error": error}) is not None
+                                              "error": error,
+                                              "done_channel": self.done_channel}) is not None
 
     def release(self, *, job_id: int, claim_token: uuid.UUID, delay_seconds: float = 0.0,
                 deferral: bool = False) -> bool:
@@ -307,7 +192,8 @@ class JobsTable:
 
     def reap(self, *, limit: int = 500) -> list[ReapedJob]:
         rows = self._db.rows("job_reap", {"limit": limit,
-                                          "lease_channel": self._db.leases.channel})
+                                          "lease_channel": self._db.leases.channel,
+                                          "done_channel": self.done_channel})
         return [
             ReapedJob(id=r[0], queue=r[1], job_class=r[2], status=JobStatus(r[3]),
                       claimed_by=r[4])
@@ -315,8 +201,7 @@ class JobsTable:
         ]
 
     def get(self, job_id: int) -> JobRecord | None:
-        found = self._db.row("job_get", {"id": job_id})
-        return _record(found) if found else None
+        return plans.run(self._db, get_plan(job_id))
 
     def attempts(self, job_id: int) -> list[AttemptRecord]:
         """The job's kept attempt history (its last 25 attempts), oldest first."""
@@ -328,11 +213,8 @@ class JobsTable:
 
     def recent(self, *, status: JobStatus | None = None, queue: str | None = None,
              job_class: str | None = None, limit: int = 50) -> list[JobRecord]:
-        rows = self._db.rows("job_list", {
-            "status": status.value if status else None, "queue": queue,
-            "job_class": job_class, "limit": limit,
-        })
-        return [_record(r) for r in rows]
+        return plans.run(self._db, recent_plan(status=status, queue=queue,
+                                               job_class=job_class, limit=limit))
 
     def search(self, where: JobFilter, *, before: int | None = None,
                limit: int = 50) -> list[JobRecord]:
@@ -374,27 +256,18 @@ class JobsTable:
             before = int(lowest)
 
     def cancel(self, job_id: int) -> JobStatus | None:
-        found = self._db.row("job_cancel", {"id": job_id})
-        return JobStatus(found[0]) if found else None
+        return plans.run(self._db, cancel_plan(job_id, done_channel=self.done_channel))
 
     def retry(self, job_id: int) -> bool:
-        return self._db.row("job_retry", {"id": job_id}) is not None
+        return plans.run(self._db, retry_plan(job_id))
 
     def purge(self, *, statuses: Sequence[JobStatus], older_than_seconds: float,
               batch: int = 5000) -> int:
-        total = 0
-        while True:
-            deleted = self._db.execute("job_purge", {
-                "statuses": [s.value for s in statuses], "older_than": older_than_seconds,
-                "batch": batch,
-            })
-            total += deleted
-            if deleted < batch:
-                return total
+        return plans.run(self._db, purge_plan(statuses=statuses,
+                                              older_than_seconds=older_than_seconds, batch=batch))
 
     def stats(self) -> list[QueueStat]:
-        return [QueueStat(queue=q, status=JobStatus(s), count=n)
-                for q, s, n in self._db.rows("job_stats")]
+        return plans.run(self._db, stats_plan())
 
     def oldest_pending(self) -> dict[str, float]:
         """Seconds the oldest due pending job of each queue has waited."""
@@ -419,3 +292,162 @@ def bulk_count(jobs: JobsTable, action: str, where: JobFilter, *, cap: int) -> i
     """How many jobs ``action`` would change (the dry run), counting at most ``cap``."""
     scoped = _scoped(action, where)
     return 0 if scoped is None else jobs.count(scoped, cap=cap)
+
+
+# -- plans: run by the blocking and the asyncio driver alike (db/plans.py) -----------
+
+
+def insert_plan(specs: Sequence[JobSpec], *,
+                channel: str) -> plans.Plan[list[EnqueueResult]]:
+    """Insert jobs, one result per spec in order; a unique-key duplicate returns the
+    existing id (``duplicate=True``), also for a duplicate within the batch.
+
+    Large batches go through binary COPY (:func:`_copy`). COPY cannot skip a
+    conflicting row, so it is tried optimistically, in a transaction of its own (a
+    savepoint inside the caller's): when a unique key already exists, that is undone
+    and the batch redone by the one-statement ``INSERT ... ON CONFLICT``
+    (:func:`_insert_unnest`), which reports each duplicate. Either way the results
+    are the same.
+    """
+    if not specs:
+        return []
+    if len(specs) == 1:
+        return [(yield from _insert_one(specs[0], channel=channel))]
+    if len(specs) >= COPY_MIN_ROWS and _keys_distinct(specs):
+        try:
+            copied: list[EnqueueResult] = yield plans.Atomic(_copy(specs, channel=channel))
+            return copied
+        except plans.UniqueConflict:
+            pass
+    return (yield from _insert_unnest(specs, channel=channel))
+
+
+def _copy(specs: Sequence[JobSpec], *, channel: str) -> plans.Plan[list[EnqueueResult]]:
+    queues = sorted({s.queue for s in specs})
+    found = yield from plans.rows("job_copy_begin", {"n": len(specs), "queues": queues,
+                                                     "channel": channel})
+    now: datetime.datetime = found[0][0]
+    ids: list[int] = found[0][1]
+    rows = []
+    for id_, s in zip(ids, specs, strict=True):
+        run_at = s.run_at if s.run_at is not None else now
+        if s.delay_seconds:
+            run_at += datetime.timedelta(seconds=s.delay_seconds)
+        rows.append((id_, s.queue, s.job_class, Jsonb(s.data), s.priority, run_at,
+                     s.max_retries, s.timeout_seconds, s.idempotent, s.unique_key,
+                     s.lease_name, s.schedule_name, s.on_busy, s.lease_ttl_seconds))
+    yield plans.Copy("job_copy", _COPY_TYPES, rows)
+    return [EnqueueResult(id=id_, duplicate=False) for id_ in ids]
+
+
+def _insert_unnest(specs: Sequence[JobSpec], *,
+                   channel: str) -> plans.Plan[list[EnqueueResult]]:
+    """Insert jobs in one statement; a unique-key duplicate returns the existing id."""
+    params: dict[str, Any] = {
+        "queues": [s.queue for s in specs],
+        "classes": [s.job_class for s in specs],
+        "datas": [Jsonb(s.data) for s in specs],
+        "priorities": [s.priority for s in specs],
+        "run_ats": [s.run_at for s in specs],
+        "delays": [s.delay_seconds for s in specs],
+        "max_retries": [s.max_retries for s in specs],
+        "timeouts": [s.timeout_seconds for s in specs],
+        "idempotents": [s.idempotent for s in specs],
+        "unique_keys": [s.unique_key for s in specs],
+        "lease_names": [s.lease_name for s in specs],
+        "schedule_names": [s.schedule_name for s in specs],
+        "on_busys": [s.on_busy for s in specs],
+        "lease_ttls": [s.lease_ttl_seconds for s in specs],
+        "channel": channel,
+    }
+    rows = yield from plans.rows("job_insert_many", params)
+    results: list[EnqueueResult | None] = []
+    missing: list[str] = []
+    for _ord, inserted_id, unique_key, _n in rows:
+        if inserted_id is not None:
+            results.append(EnqueueResult(id=inserted_id, duplicate=False))
+        else:
+            results.append(None)
+            missing.append(unique_key)
+    if missing:
+        # Duplicates: the existing row may have been committed by a concurrent
+        # enqueuer after this statement's snapshot, so look it up afresh.
+        found: dict[str, int] = dict(
+            (yield from plans.rows("job_ids_by_unique_key", {"unique_keys": missing})))
+        in_batch: dict[str, int] = {}
+        for spec, result in zip(specs, results, strict=True):
+            if result is not None and spec.unique_key is not None:
+                in_batch.setdefault(spec.unique_key, result.id)
+        for index, (spec, result) in enumerate(zip(specs, results, strict=True)):
+            if result is None:
+                assert spec.unique_key is not None
+                existing = in_batch.get(spec.unique_key, found.get(spec.unique_key))
+                if existing is None:
+                    raise RuntimeError(
+                        f"unique key {spec.unique_key!r} conflicted but no row holds it"
+                    )
+                results[index] = EnqueueResult(id=existing, duplicate=True)
+    return [r for r in results if r is not None]
+
+
+def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:
+    found = yield from plans.rows("job_insert_one", {
+        "queue": spec.queue, "job_class": spec.job_class, "data": Jsonb(spec.data),
+        "priority": spec.priority, "run_at": spec.run_at, "delay": spec.delay_seconds,
+        "max_retries": spec.max_retries, "timeout": spec.timeout_seconds,
+        "idempotent": spec.idempotent, "unique_key": spec.unique_key,
+        "lease_name": spec.lease_name, "schedule_name": spec.schedule_name,
+        "on_busy": spec.on_busy, "lease_ttl": spec.lease_ttl_seconds,
+        "channel": channel,
+    })
+    if found:
+        return EnqueueResult(id=found[0][0], duplicate=False)
+    assert spec.unique_key is not None  # only a unique-key conflict inserts nothing
+    # The existing row may be newer than this statement's snapshot: look again.
+    existing = yield from plans.rows("job_ids_by_unique_key", {"unique_keys": [spec.unique_key]})
+    if not existing:
+        raise RuntimeError(f"unique key {spec.unique_key!r} conflicted but no row holds it")
+    return EnqueueResult(id=existing[0][1], duplicate=True)
+
+
+def get_plan(job_id: int) -> plans.Plan[JobRecord | None]:
+    found = yield from plans.rows("job_get", {"id": job_id})
+    return _record(found[0]) if found else None
+
+
+def recent_plan(*, status: JobStatus | None = None, queue: str | None = None,
+                job_class: str | None = None, limit: int = 50) -> plans.Plan[list[JobRecord]]:
+    found = yield from plans.rows("job_list", {
+        "status": status.value if status else None, "queue": queue,
+        "job_class": job_class, "limit": limit,
+    })
+    return [_record(r) for r in found]
+
+
+def cancel_plan(job_id: int, *, done_channel: str) -> plans.Plan[JobStatus | None]:
+    found = yield from plans.rows("job_cancel", {"id": job_id, "done_channel": done_channel})
+    return JobStatus(found[0][0]) if found else None
+
+
+def retry_plan(job_id: int) -> plans.Plan[bool]:
+    found = yield from plans.rows("job_retry", {"id": job_id})
+    return bool(found)
+
+
+def purge_plan(*, statuses: Sequence[JobStatus], older_than_seconds: float,
+               batch: int = 5000) -> plans.Plan[int]:
+    """Delete in bounded batches so a large purge never holds a long transaction."""
+    total = 0
+    while True:
+        deleted: int = yield plans.Query("job_purge", {
+            "statuses": [s.value for s in statuses], "older_than": older_than_seconds,
+            "batch": batch,
+        }, count=True)
+        total += deleted
+        if deleted < batch:
+            return total
+
+
+def stats_plan() -> plans.Plan[list[QueueStat]]:
+    found = yield from plans.rows("job_stats")
+    return [QueueStat(queue=q, status=JobStatus(s), count=n) for q, s, n in found]

@@ -150,6 +150,15 @@ SELECT j.id, j.status::text, j.last_error
 FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS c(id, token)
 JOIN {schema}.jobs AS j ON j.id = c.id AND j.claim_token = c.token;
 
+-- name: fragment_notify_done
+-- Tell `wait`ers which jobs reached a terminal state: one NOTIFY per range of 300 ids
+-- (the payload, comma-separated ids, stays far below NOTIFY's 8000-byte limit).
+-- Expects a `done(id)` CTE; delivered when the writing transaction commits.
+notified AS (
+    SELECT count(pg_notify(%(done_channel)s, g.ids)) AS n
+    FROM (SELECT string_agg(id::text, ',') AS ids FROM done GROUP BY id / 300) AS g
+)
+
 -- name: job_complete_many
 -- Batched, fenced completion. Ids missing from the result were fenced.
 -- The attempt's history row is written by the same statement.
@@ -163,8 +172,10 @@ WITH ended AS (
     RETURNING j.id, j.attempts, j.claimed_at, j.claimed_by, 'completed'::text AS outcome,
               j.status::text AS status_after, NULL::text AS error
 ),
-recorded AS ({fragment_attempt_record})
-SELECT id FROM ended;
+recorded AS ({fragment_attempt_record}),
+done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
+{fragment_notify_done}
+SELECT ended.id FROM ended, notified;
 
 -- name: job_fail
 -- One failed attempt, fenced. The new state is decided here, from the row:
@@ -188,8 +199,10 @@ WITH ended AS (
     RETURNING j.id, j.attempts, j.claimed_at, j.claimed_by, 'failed'::text AS outcome,
               j.status::text AS status_after, j.last_error AS error
 ),
-recorded AS ({fragment_attempt_record})
-SELECT status_after FROM ended;
+recorded AS ({fragment_attempt_record}),
+done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
+{fragment_notify_done}
+SELECT ended.status_after FROM ended, notified;
 
 -- name: job_cancelled
 -- The attempt stopped because it was asked to (JobCancelled), fenced.
@@ -201,8 +214,10 @@ WITH ended AS (
     RETURNING id, attempts, claimed_at, claimed_by, 'cancelled'::text AS outcome,
               status::text AS status_after, last_error AS error
 ),
-recorded AS ({fragment_attempt_record})
-SELECT id FROM ended;
+recorded AS ({fragment_attempt_record}),
+done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
+{fragment_notify_done}
+SELECT ended.id FROM ended, notified;
 
 -- name: job_release
 -- Give a claim back without running it (a busy lease, or a prefetched job at
@@ -268,12 +283,14 @@ freed AS (
     WHERE l.name = e.lease_name AND l.slot = 0 AND l.token = e.lease_token
       AND l.owner = e.claim_token::text
     RETURNING l.name, l.waiting_until
-)
-SELECT id, queue, job_class, status_after, claimed_by,
+),
+done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
+{fragment_notify_done}
+SELECT ended.id, ended.queue, ended.job_class, ended.status_after, ended.claimed_by,
        (SELECT count(*) FROM freed),
        (SELECT count(*) FROM (SELECT pg_notify(%(lease_channel)s, name) FROM freed
                               WHERE waiting_until > now()) AS n)
-FROM ended;
+FROM ended, notified;
 
 -- name: job_get
 SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
@@ -297,13 +314,19 @@ LIMIT %(limit)s;
 -- name: job_cancel
 -- Pending jobs are cancelled at once; a processing job is asked to stop: its next
 -- heartbeat() raises JobCancelled, and a failure or reap ends it as cancelled.
-UPDATE {schema}.jobs
-SET status = (CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END)::{schema}.job_status,
-    cancel_requested = (status = 'processing'),
-    finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
-    updated_at = now()
-WHERE id = %(id)s AND status IN ('pending', 'processing')
-RETURNING status::text;
+WITH written AS (
+    UPDATE {schema}.jobs
+    SET status = (CASE WHEN status = 'pending' THEN 'cancelled' ELSE status END)
+                 ::{schema}.job_status,
+        cancel_requested = (status = 'processing'),
+        finished_at = CASE WHEN status = 'pending' THEN now() ELSE finished_at END,
+        updated_at = now()
+    WHERE id = %(id)s AND status IN ('pending', 'processing')
+    RETURNING id, status::text AS status
+),
+done AS (SELECT id FROM written WHERE status = 'cancelled'),
+{fragment_notify_done}
+SELECT written.status FROM written, notified;
 
 -- name: job_retry
 -- A manual retry of a finished job: pending now, with one more attempt allowed.

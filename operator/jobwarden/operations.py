@@ -1,0 +1,193 @@
+"""What the client API does, written once for ``Client`` and ``AsyncClient``.
+
+Each operation validates its arguments (plain Python, nothing stored on bad
+input) and returns a *plan* (``db/plans.py``): the statements to run and what
+their rows mean. ``Client`` drives plans with blocking I/O, ``AsyncClient`` with
+asyncio; neither holds any rule of its own, so the two cannot disagree about
+what a valid enqueue, a duplicate, a finished job or a timeout is.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from jobwarden import definitions, errors, metrics
+from jobwarden.db import jobs as jobs_db
+from jobwarden.db import plans
+from jobwarden.db.database import channel_name
+from jobwarden.structs.jobs import EnqueueResult, JobRecord, JobSpec
+from jobwarden.structs.states import TERMINAL, JobStatus
+
+JobRef = definitions.JobRef
+
+#: Without a notification, ``wait`` still looks at the row this often: LISTEN only
+#: speeds waiting up (a pooler may not carry it), polling alone stays correct.
+WAIT_POLL_SECONDS = 1.0
+
+
+def check_payload(data: Any) -> None:
+    """Refuse data that would not round-trip through JSON, before anything is stored."""
+    try:
+        json.dumps(data, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise errors.InvalidPayload(f"job data must be JSON-serialisable: {exc}") from exc
+
+
+def spec(
+    job: JobRef, data: Any = None, *, queue: str | None = None,
+    priority: int | None = None, run_at: datetime.datetime | None = None,
+    delay: float | datetime.timedelta | None = None, unique_key: str | None = None,
+    max_retries: int | None = None, timeout: float | None = None,
+    idempotent: bool | None = None, check: bool = True,
+) -> JobSpec:
+    """Validate one enqueue request and build its row (nothing is written)."""
+    path, cls = definitions.reference(job, must_import=check)
+    check_payload(data)
+    if run_at is not None and run_at.tzinfo is None:
+        raise ValueError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
+    delay_seconds = delay.total_seconds() if isinstance(delay, datetime.timedelta) \
+        else float(delay or 0.0)
+    if not math.isfinite(delay_seconds) or delay_seconds < 0:
+        raise ValueError("delay must be a non-negative number of seconds")
+    if unique_key is not None and not unique_key.strip():
+        raise ValueError("unique_key must not be blank")
+    base: type[definitions.Job] = cls or definitions.Job
+    resolved_timeout = float(timeout if timeout is not None else base.timeout)
+    resolved_retries = int(max_retries if max_retries is not None else base.max_retries)
+    if resolved_timeout <= 0 or not math.isfinite(resolved_timeout):
+        raise ValueError("timeout must be a positive number of seconds")
+    if resolved_retries < 0:
+        raise ValueError("max_retries must not be negative")
+    return JobSpec(
+        job_class=path,
+        data=data,
+        queue=queue or base.queue,
+        priority=int(priority if priority is not None else base.priority),
+        run_at=run_at,
+        delay_seconds=delay_seconds,
+        max_retries=resolved_retries,
+        timeout_seconds=resolved_timeout,
+        idempotent=bool(idempotent if idempotent is not None else base.idempotent),
+        unique_key=unique_key,
+    )
+
+
+def specs_for_many(job: JobRef, datas: Iterable[Any], *,
+                   unique_keys: Sequence[str | None] | None = None,
+                   **options: Any) -> list[JobSpec]:
+    """One validated row per data item; every item is checked before anything is stored."""
+    items = list(datas)
+    keys = list(unique_keys) if unique_keys is not None else [None] * len(items)
+    if len(keys) != len(items):
+        raise ValueError("unique_keys must have one entry per data item")
+    return [spec(job, d, unique_key=k, **options) for d, k in zip(items, keys, strict=True)]
+
+
+def enqueue(specs: Sequence[JobSpec], *, schema: str) -> plans.Plan[list[EnqueueResult]]:
+    """Insert prepared rows (mixed classes allowed) in one statement.
+
+    Counted as enqueued when the statement succeeds; inside a caller's transaction
+    that is before the commit, so a rolled-back enqueue is still counted.
+    """
+    channel = channel_name(schema, jobs_db.JOBS_TOPIC)
+    results = yield from jobs_db.insert_plan(specs, channel=channel)
+    for item, result in zip(specs, results, strict=True):
+        if not result.duplicate:
+            metrics.JOBS_ENQUEUED.labels(item.queue, item.job_class).inc()
+    return results
+
+
+def job(job_id: int) -> plans.Plan[JobRecord]:
+    found = yield from jobs_db.get_plan(job_id)
+    if found is None:
+        raise errors.JobNotFound(f"no job with id {job_id}")
+    return found
+
+
+def jobs(*, status: JobStatus | str | None = None, queue: str | None = None,
+         job_class: str | None = None, limit: int = 50) -> plans.Plan[list[JobRecord]]:
+    wanted = JobStatus(status) if isinstance(status, str) else status
+    return jobs_db.recent_plan(status=wanted, queue=queue, job_class=job_class, limit=limit)
+
+
+def cancel(job_id: int, *, schema: str) -> plans.Plan[JobStatus]:
+    """Cancel a pending job, or ask a running one to stop; the status after the call."""
+    changed = yield from jobs_db.cancel_plan(job_id,
+                                             done_channel=channel_name(schema, jobs_db.DONE_TOPIC))
+    if changed is not None:
+        return changed
+    return (yield from job(job_id)).status
+
+
+def retry(job_id: int) -> plans.Plan[bool]:
+    """Run a failed, interrupted or cancelled job again (one more attempt)."""
+    if (yield from jobs_db.retry_plan(job_id)):
+        return True
+    yield from job(job_id)  # raises JobNotFound for a wrong id
+    return False
+
+
+def purge(*, status: JobStatus | str | Iterable[JobStatus | str] = JobStatus.COMPLETED,
+          older_than: float | datetime.timedelta = 0.0) -> plans.Plan[int]:
+    raw = [status] if isinstance(status, (str, JobStatus)) else list(status)
+    statuses = [JobStatus(s) for s in raw]
+    for s in statuses:
+        if s not in TERMINAL:
+            raise ValueError(f"only finished jobs can be purged, not {s.value!r}")
+    seconds = older_than.total_seconds() if isinstance(older_than, datetime.timedelta) \
+        else float(older_than)
+    if seconds < 0:
+        raise ValueError("older_than must not be negative")
+    return jobs_db.purge_plan(statuses=statuses, older_than_seconds=seconds)
+
+
+def stats() -> plans.Plan[dict[str, dict[str, int]]]:
+    """``{queue: {status: count}}`` with every status present (zeros included)."""
+    out: dict[str, dict[str, int]] = {}
+    for stat in (yield from jobs_db.stats_plan()):
+        per = out.setdefault(stat.queue, {s.value: 0 for s in JobStatus})
+        per[stat.status.value] = stat.count
+    return out
+
+
+def outcome(record: JobRecord) -> Any:
+    """A finished job's stored result, or its error raised as :class:`errors.JobFailed`."""
+    if record.status is JobStatus.COMPLETED:
+        return record.result
+    raise errors.JobFailed(job_id=record.id, status=record.status.value,
+                           error=record.last_error)
+
+
+def wait(job_id: int, *, timeout: float | None,
+         poll: float = WAIT_POLL_SECONDS) -> plans.Plan[Any]:
+    """Until the job finishes: its result, or its error raised; WaitTimeout after ``timeout``.
+
+    Woken by the NOTIFY that every terminal write sends with the job's id; the row
+    is also read every ``poll`` seconds, so a lost notification only costs latency.
+    """
+    if timeout is not None and (math.isnan(timeout) or timeout < 0):
+        raise ValueError("timeout must be a non-negative number of seconds (or None)")
+    wanted = str(job_id)
+    yield plans.Listen(jobs_db.DONE_TOPIC)  # before the first read: nothing can slip between
+    started: float = yield plans.Clock()
+    deadline = math.inf if timeout is None else started + timeout
+    while True:
+        record = yield from job(job_id)
+        if record.status in TERMINAL:
+            return outcome(record)
+        next_read = (yield plans.Clock()) + poll
+        while True:
+            now: float = yield plans.Clock()
+            if now >= deadline:
+                raise errors.WaitTimeout(
+                    f"job {job_id} did not finish within {timeout:g}s (status "
+                    f"{record.status.value})", job_id=job_id)
+            if now >= next_read:
+                break
+            payloads: list[str] = yield plans.AwaitNotify(min(deadline, next_read) - now)
+            if any(wanted in p.split(",") for p in payloads):
+                break
