@@ -16,6 +16,7 @@ field validation, except under ``x-kubernetes-preserve-unknown-fields``.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -177,6 +178,33 @@ def to_jsonschema(schema: Schema) -> Schema:
     return out
 
 
+_RFC3339 = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$")
+
+
+def _format_checker() -> Any:
+    """jsonschema's checker, with date-time always checked (as the API server does).
+
+    Without the optional rfc3339-validator package jsonschema skips date-time
+    silently, and a status with ``lastTransitionTime: yesterday`` would pass
+    here and be refused by a real server.
+    """
+    import jsonschema
+
+    checker = jsonschema.FormatChecker()
+
+    @checker.checks("date-time", raises=ValueError)
+    def _date_time(value: object) -> bool:
+        if not isinstance(value, str):
+            return True
+        if not _RFC3339.match(value):
+            raise ValueError(f"{value!r} is not RFC 3339")
+        dt.datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+        return True
+
+    return checker
+
+
 def openapi_errors(schema: Schema, obj: Any, *, resource: bool = True) -> list[str]:
     import jsonschema
 
@@ -184,7 +212,7 @@ def openapi_errors(schema: Schema, obj: Any, *, resource: bool = True) -> list[s
     if resource:
         # metadata is validated by the API server itself, not by the CRD schema.
         root["properties"]["metadata"] = {"type": "object"}
-    validator = jsonschema.Draft7Validator(root, format_checker=jsonschema.FormatChecker())
+    validator = jsonschema.Draft7Validator(root, format_checker=_format_checker())
     return sorted(
         f"{'.'.join(str(p) for p in err.absolute_path) or '<root>'}: {err.message}"
         for err in validator.iter_errors(obj)

@@ -94,8 +94,53 @@ def test_status_is_a_subresource_with_standard_conditions(kind: str) -> None:
         "lastTransitionTime",
         "observedGeneration",
     }
-    assert item["required"] == ["type", "status"]
+    # metav1.Condition: everything but observedGeneration is required.
+    assert item["required"] == ["type", "status", "reason", "message", "lastTransitionTime"]
+    assert item["properties"]["reason"]["pattern"] == METAV1_REASON
+    assert item["properties"]["reason"]["minLength"] == 1
     assert conditions["x-kubernetes-list-map-keys"] == ["type"]
+
+
+METAV1_REASON = "^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+def _with_condition(kind: str, **condition: Any) -> dict[str, Any]:
+    obj = minimal(kind)
+    entry = {"type": "Ready", "status": "True", "reason": "Synced", "message": "",
+             "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1}
+    entry.update(condition)
+    obj["status"] = {"conditions": [{k: v for k, v in entry.items() if v is not None}]}
+    return obj
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"reason": None}, "'reason' is a required"),
+    ({"message": None}, "'message' is a required"),
+    ({"lastTransitionTime": None}, "'lastTransitionTime' is a required"),
+    ({"reason": ""}, "should be non-empty"),
+    ({"reason": "Spec conflict"}, "does not match"),
+    ({"status": "true"}, "is not one of"),
+    ({"lastTransitionTime": "yesterday"}, "is not a 'date-time'"),
+], ids=["no-reason", "no-message", "no-time", "empty-reason", "reason-with-space",
+        "status-case", "time-format"])
+def test_a_condition_that_is_no_metav1_condition_is_refused(
+        kind: str, change: dict[str, Any], expected: str) -> None:
+    _, errors = admit(CRDS[kind], _with_condition(kind))
+    assert errors == []
+    _, errors = admit(CRDS[kind], _with_condition(kind, **change))
+    assert any(expected in e for e in errors), errors
+
+
+def test_every_condition_reason_the_controller_writes_is_a_metav1_reason() -> None:
+    """Reasons are literals in the controller; a space or a dash would make the API
+    server refuse the whole status patch, so every literal is checked here."""
+    source = " ".join(p.read_text() for p in (ROOT / "operator" / "jobwarden" / "controller")
+                      .glob("*.py"))
+    reasons = set(re.findall(r'reason=f?"([^"]*)"', source))
+    reasons |= set(re.findall(r'"reason": "([^"]*)"', source))
+    assert len(reasons) > 20
+    assert sorted(r for r in reasons if not re.fullmatch(METAV1_REASON, r)) == []
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -135,6 +180,33 @@ def test_printer_columns_point_at_fields_of_the_schema(kind: str) -> None:
         )
         if expected:
             assert node.get("type") == expected, column
+
+
+#: Fields that hold a time in the past: the only ones a ``date`` column may show
+#: (kubectl renders it as an age, and a future time as ``<invalid>``).
+PAST_TIMES = {".metadata.creationTimestamp", ".status.lastSlot", ".status.startedAt",
+              ".status.finishedAt", ".status.lastSuccessfulTime", ".status.lastScheduleTime"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_date_column_only_shows_a_past_time(kind: str) -> None:
+    for column in crdschema.version_of(CRDS[kind])["additionalPrinterColumns"]:
+        if column["type"] == "date":
+            assert column["jsonPath"] in PAST_TIMES, column
+    next_run = [c for c in crdschema.version_of(CRDS["JobSchedule"])["additionalPrinterColumns"]
+                if c["name"] == "Next Run"]
+    assert next_run and next_run[0]["type"] == "string"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_column_types_are_ones_the_api_server_accepts(kind: str) -> None:
+    # apiextensions validation: integer, number, string, boolean, date -- and a
+    # format only from its list. The emulator accepts anything.
+    for column in crdschema.version_of(CRDS[kind])["additionalPrinterColumns"]:
+        assert column["type"] in ("integer", "number", "string", "boolean", "date"), column
+        assert column.get("format", "") in ("", "int32", "int64", "float", "double", "byte",
+                                             "date", "date-time", "password"), column
+        assert column["jsonPath"].startswith("."), column
 
 
 def test_job_schedule_shows_schedule_suspended_last_and_next_run_and_ready() -> None:
@@ -213,6 +285,16 @@ BAD: list[tuple[str, str, dict[str, Any], str]] = [
     ("interval-unit", "JobSchedule", {"interval": "5x"}, "does not match"),
     ("interval-zero", "JobSchedule", {"interval": "0s"}, "does not match"),
     ("empty-schedule", "JobSchedule", {"interval": None, "schedule": ""}, "non-empty"),
+    ("cron-6-fields", "JobSchedule", {"interval": None, "schedule": "0 0 2 * * *"},
+     "five cron fields"),
+    ("cron-4-fields", "JobSchedule", {"interval": None, "schedule": "0 2 * *"},
+     "five cron fields"),
+    ("cron-every", "JobSchedule", {"interval": None, "schedule": "@every 5m"},
+     "five cron fields"),
+    ("cron-reboot", "JobSchedule", {"interval": None, "schedule": "@reboot"},
+     "five cron fields"),
+    ("cron-junk", "JobSchedule", {"interval": None, "schedule": "every day at 2"},
+     "five cron fields"),
     ("concurrency-policy", "JobSchedule", {"concurrencyPolicy": "Sometimes"}, "is not one of"),
     ("catch-up", "JobSchedule", {"catchUp": "some"}, "is not one of"),
     ("catch-up-window", "JobSchedule", {"catchUpWindowSeconds": 30}, "less than the minimum"),
@@ -289,3 +371,32 @@ def test_job_schedule_may_switch_from_interval_to_cron_on_update() -> None:
     old = minimal("JobSchedule")
     new = with_spec("JobSchedule", interval=None, schedule="@hourly")
     assert admit(CRDS["JobSchedule"], new, old=old)[1] == []
+
+
+CRON_CORPUS = [
+    "* * * * *", "30 2 * * 1-5", "*/15 9-17 * * MON-FRI", "0 0 1 JAN,JUL *", "@daily",
+    "@HOURLY", "  0 3 * * *  ", "0\t3 * * 0", "5,35 */2 1-15/3 * 7", "0 0 L * *",
+    "0 0 * * MON#2", "0 0 2 * * *", "0 2 * *", "@every 1h", "@reboot", "61 * * * *",
+    "0 0 31 2 *", "",
+]
+
+
+@pytest.mark.parametrize("cron", CRON_CORPUS, ids=range(len(CRON_CORPUS)))
+def test_the_schedule_rule_never_refuses_what_the_operator_accepts(cron: str) -> None:
+    """The CEL rule is a coarse filter: whatever the operator's parser accepts, it
+    admits; what it refuses is a subset of what the parser refuses."""
+    from jobwarden.controller.specs import SpecError, parse_job_schedule
+
+    spec = {"schedule": cron, "job": {"class": "app.jobs:Ping"}}
+    try:
+        parse_job_schedule(spec)
+        operator_accepts = True
+    except SpecError:
+        operator_accepts = False
+    _, errors = admit(CRDS["JobSchedule"], with_spec("JobSchedule", interval=None,
+                                                     schedule=cron))
+    if operator_accepts:
+        assert errors == []
+    refused_by_rule = any("five cron fields" in e for e in errors)
+    if refused_by_rule:
+        assert not operator_accepts
