@@ -304,3 +304,14 @@ def test_kmock_reactions_still_take_precedence(
             GROUP, VERSION, "default", "widgets"
         )
     assert failure.value.status == 503
+
+
+def test_a_watch_timeout_must_be_an_integer_as_on_kube_apiserver(kube_api: KubeAPI) -> None:
+    import urllib.error
+    import urllib.request
+
+    url = f"{kube_api.url}/api/v1/namespaces/default/configmaps?watch=true&timeoutSeconds=300.0"
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(url, timeout=10)
+    assert caught.value.code == 400
+    assert "strconv.ParseInt" in caught.value.read().decode()

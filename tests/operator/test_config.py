@@ -65,6 +65,9 @@ def test_kopf_settings_recover_dead_watches_and_keep_state_out_of_status() -> No
                                                 watch_client_timeout=150,
                                                 peering="jw", priority=7))
     assert settings.watching.server_timeout == 120
+    # The API server parses the watch's timeoutSeconds as an integer ("300.0" is a 400).
+    default = app.kopf_settings(OperatorConfig()).watching.server_timeout
+    assert default == 300 and isinstance(default, int)
     assert settings.watching.client_timeout == 150
     assert settings.watching.connect_timeout is not None
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)

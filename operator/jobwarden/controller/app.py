@@ -63,7 +63,9 @@ def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     settings.posting.level = logging.WARNING
     settings.posting.reporting_component = "jobwarden-operator"
     settings.posting.reporting_instance = config.pod_name
-    settings.watching.server_timeout = config.watch_server_timeout
+    # kopf sends this as the watch's timeoutSeconds, which kube-apiserver parses as an
+    # integer: "300.0" is a 400 on every watch and the operator never starts.
+    settings.watching.server_timeout = max(1, round(config.watch_server_timeout))
     settings.watching.client_timeout = config.watch_client_timeout
     settings.watching.connect_timeout = config.watch_connect_timeout
     settings.networking.connect_timeout = config.watch_connect_timeout

@@ -971,7 +971,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     def _watch_response(self, request: kmock.Request, target: Target) -> kmock.Response:
         params = request.params
-        timeout = float(params["timeoutSeconds"]) if params.get("timeoutSeconds") else None
+        timeout: float | None = None
+        if params.get("timeoutSeconds"):
+            # As kube-apiserver: an integer, or 400 (kopf once sent "300.0").
+            try:
+                timeout = float(int(params["timeoutSeconds"]))
+            except ValueError:
+                raise ApiError(400, "BadRequest", f'strconv.ParseInt: parsing '
+                               f'"{params["timeoutSeconds"]}": invalid syntax') from None
         as_table = "as=Table" in request.headers.get("Accept", "")
         stream = self._watch_stream(
             request, target, self._select(target, params), params, timeout, as_table
