@@ -23,6 +23,18 @@ real node for drain-first rollouts to be tested end to end:
   ``terminationGracePeriodSeconds``), and once the process is gone the
   finalizer is removed so the pod disappears.
 
+On a real API server (``node=...``, tests/cluster) it behaves as a node's
+kubelet instead: it registers its Node, binds the unscheduled pods to itself
+(there is no scheduler), takes the pods bound to it in every namespace,
+materialises ConfigMap, emptyDir and projected ServiceAccount volumes (the
+token comes from the TokenRequest API, bound to the pod, and a kubeconfig
+built from it is the process's ``KUBECONFIG``: the pod talks to the API server
+with exactly its ServiceAccount's RBAC), follows the container's
+readiness/liveness probes (``httpGet``; a failed liveness restarts the
+process), reports status the way a kubelet does (conditions, container
+statuses, restart counts) and finishes a graceful deletion itself (delete
+with grace period 0 once the process is gone) rather than through a finalizer.
+
 Each deletion is recorded (:class:`Deletion`), with whatever ``observe(pod
 name)`` returned at the moment the kubelet saw it: the tests use that to prove a
 host was drained and idle *before* its pod was killed.
@@ -47,20 +59,33 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.support.kube import KubeAPI
-
 logger = logging.getLogger("tests.e2e.kubelet")
 
 REPO = Path(__file__).resolve().parents[2]
 FINALIZER = "e2e.jobwarden.io/process-kubelet"
 #: Variables of the test runner that must not leak into a pod's process.
-SCRUBBED = ("JOBWARDEN_", "KUBECONFIG", "POD_NAME", "PYTEST_")
+SCRUBBED = ("JOBWARDEN_", "KUBECONFIG", "KUBERNETES_", "POD_NAME", "PYTEST_")
+#: Where a pod finds its ServiceAccount token (the projected kube-api-access volume).
+SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+class NotYet(RuntimeError):
+    """A pod cannot start yet (a Secret or ConfigMap it mounts is missing): retried, as a
+    kubelet retries a mount, until ``MOUNT_PATIENCE`` seconds have passed."""
+
+
+#: How long a pod may wait for the Secrets/ConfigMaps it mounts before the kubelet fails.
+MOUNT_PATIENCE = 60.0
+
+
+def now_rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 @dataclasses.dataclass
@@ -77,6 +102,24 @@ class PodProcess:
     grace: float = 30.0
     killed: bool = False
     removed: bool = False
+    namespace: str = "default"
+    uid: str = ""
+    container: str = "worker"
+    image: str = ""
+    command: list[str] = dataclasses.field(default_factory=list)
+    full_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: containerPort (number and name) -> the local port the process really listens on.
+    ports: dict[str, int] = dataclasses.field(default_factory=dict)
+    readiness: dict[str, Any] | None = None
+    liveness: dict[str, Any] | None = None
+    restart_policy: str = "Never"
+    restarts: int = 0
+    liveness_failures: int = 0
+    last_liveness: float = 0.0
+    restart_at: float | None = None
+    last_exit: int | None = None
+    start_time: str = ""
+    container_started: str = ""
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")
@@ -95,26 +138,37 @@ class Deletion:
 
 
 class ProcessKubelet:
-    def __init__(self, api: KubeAPI, *, workdir: Path, namespace: str = "default",
+    """See the module docstring. ``node`` set: a real node on a real API server."""
+
+    def __init__(self, api: Any, *, workdir: Path, namespace: str | None = "default",
                  extra_env: dict[str, str] | None = None,
-                 observe: Callable[[str], Any] | None = None, interval: float = 0.15) -> None:
+                 observe: Callable[[str], Any] | None = None, interval: float = 0.15,
+                 node: str | None = None, server: str | None = None,
+                 ca_file: Path | None = None) -> None:
         self.api = api
         self.workdir = workdir
+        #: None: every namespace (node mode).
         self.namespace = namespace
         self.extra_env = dict(extra_env or {})
         self.observe = observe
         self.interval = interval
+        self.node = node
+        self.server = server
+        self.ca_file = ca_file
         self.pods: dict[str, PodProcess] = {}
         self.deletions: list[Deletion] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._waiting: dict[str, float] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> ProcessKubelet:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.node is not None:
+            self._register_node()
         self._thread = threading.Thread(target=self._run, name="process-kubelet", daemon=True)
         self._thread.start()
         return self
@@ -154,9 +208,41 @@ class ProcessKubelet:
             pods = list(self.pods.values())
         parts = [f"kubelet errors: {self.errors}"] if self.errors else []
         for pod in pods:
-            parts.append(f"----- pod {pod.name} (exit {pod.proc.poll()}, killed {pod.killed})\n"
-                         f"{pod.logs()[-tail:]}")
+            parts.append(f"----- pod {pod.namespace}/{pod.name} (exit {pod.proc.poll()}, "
+                         f"killed {pod.killed}, restarts {pod.restarts})\n{pod.logs()[-tail:]}")
         return "\n".join(parts)
+
+    # -- the node (real API server) --------------------------------------------------------
+
+    def _register_node(self) -> None:
+        assert self.node is not None
+        if self.api.get("nodes", self.node, None) is None:
+            self.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {
+                "name": self.node,
+                "labels": {"kubernetes.io/hostname": self.node, "kubernetes.io/os": "linux",
+                           "kubernetes.io/arch": "amd64"}}})
+        stamp = now_rfc3339()
+        capacity = {"cpu": "16", "memory": "64Gi", "pods": "250", "ephemeral-storage": "100Gi"}
+        self.api.patch("nodes", self.node, {"status": {
+            "capacity": capacity, "allocatable": capacity,
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
+                          {"type": "Hostname", "address": self.node}],
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "process kubelet is posting ready status",
+                            "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}],
+            "nodeInfo": {"kubeletVersion": "v1.37.2", "kubeProxyVersion": "",
+                         "operatingSystem": "linux", "architecture": "amd64",
+                         "containerRuntimeVersion": "process://1", "kernelVersion": "",
+                         "osImage": "process kubelet", "machineID": "", "systemUUID": "",
+                         "bootID": ""}}}, None, subresource="status")
+
+    def _bind(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        self.api.post("pods", meta["name"], {
+            "apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"]},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": self.node}},
+            meta["namespace"], subresource="binding")
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -170,19 +256,33 @@ class ProcessKubelet:
                     logger.exception("kubelet pass failed")
             self._stop.wait(self.interval)
 
+    def _mine(self, pod: dict[str, Any]) -> bool:
+        if self.node is None:
+            return True
+        bound = (pod.get("spec") or {}).get("nodeName")
+        if not bound and not pod["metadata"].get("deletionTimestamp"):
+            self._bind(pod)
+            return False  # taken on the next pass, bound
+        return bool(bound == self.node)
+
     def _sync(self) -> None:
-        listed = {p["metadata"]["name"]: p for p in self.api.list("pods", self.namespace)}
+        listed = {p["metadata"]["name"]: p for p in self.api.list("pods", self.namespace)
+                  if self._mine(p)}
         for name, pod in listed.items():
             meta = pod["metadata"]
             known = self.pods.get(name)
+            if known is not None and known.uid and known.uid != meta.get("uid"):
+                # Same name, new pod (a StatefulSet-like reuse): the old one is gone.
+                self._terminate(known, None)
+                known = None if known.removed else known
             if meta.get("deletionTimestamp"):
                 if known is None:
-                    self._remove_finalizer(pod)
+                    self._finish_deletion(pod)
                 else:
                     self._terminate(known, pod)
             elif known is None:
                 if (pod.get("status") or {}).get("phase") in (None, "Pending"):
-                    self._start(pod)
+                    self._try_start(pod)
             else:
                 self._observe(known)
         for name, known in list(self.pods.items()):
@@ -191,26 +291,48 @@ class ProcessKubelet:
 
     # -- pod start -------------------------------------------------------------------------
 
+    def _try_start(self, pod: dict[str, Any]) -> None:
+        name = pod["metadata"]["name"]
+        first = self._waiting.setdefault(name, time.monotonic())
+        try:
+            self._start(pod)
+        except NotYet:
+            if time.monotonic() - first > MOUNT_PATIENCE:
+                raise
+            return
+        self._waiting.pop(name, None)
+
     def _start(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
         name = meta["name"]
-        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
-        self.api.patch("pods", name, {"metadata": {"finalizers": [*finalizers, FINALIZER]}},
-                       self.namespace)
+        namespace = meta.get("namespace") or self.namespace or "default"
+        if self.node is None:
+            finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+            self.api.patch("pods", name, {"metadata": {"finalizers": [*finalizers, FINALIZER]}},
+                           namespace)
         spec = pod["spec"]
         containers = spec.get("containers") or []
         container = next((c for c in containers if c.get("name") == "worker"), containers[0])
         podroot = self.workdir / name
         podroot.mkdir(parents=True, exist_ok=True)
-        mounts = self._mount_volumes(spec, container, podroot)
+        mounts = self._mount_volumes(pod, container, podroot)
         env = self._resolve_env(pod, container)
         for key, value in list(env.items()):
             for mount_path, local in mounts.items():
                 if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
                     env[key] = str(local) + value[len(mount_path.rstrip("/")):]
+        if SA_MOUNT in mounts and self.server is not None:
+            env["KUBECONFIG"] = str(self._pod_kubeconfig(mounts[SA_MOUNT], namespace))
         port: int | None = None
+        ports: dict[str, int] = {}
         if "JOBWARDEN_HTTP_PORT" in env:
             port = free_port()
+            for declared in container.get("ports") or []:
+                if str(declared.get("containerPort")) == env["JOBWARDEN_HTTP_PORT"]:
+                    ports[str(declared["containerPort"])] = port
+                    if declared.get("name"):
+                        ports[declared["name"]] = port
+            ports[env["JOBWARDEN_HTTP_PORT"]] = port
             env["JOBWARDEN_HTTP_PORT"] = str(port)
         command = [*(container.get("command") or ["jobwarden"]), *(container.get("args") or [])]
         if command[0] == "jobwarden":
@@ -219,18 +341,48 @@ class ProcessKubelet:
         full_env.update(env)
         full_env.update({"PYTHONPATH": str(REPO), **self.extra_env})
         log = self.workdir / f"{name}.log"
-        with open(log, "wb") as handle:
-            proc = subprocess.Popen(command, env=full_env, cwd=REPO, stdout=handle,
-                                    stderr=subprocess.STDOUT)
+        proc = self._spawn(command, full_env, log)
         grace = float(spec.get("terminationGracePeriodSeconds", 30))
-        record = PodProcess(name=name, proc=proc, port=port, log=log, env=env,
-                            started_at=time.monotonic(), grace=grace)
+        record = PodProcess(
+            name=name, proc=proc, port=port, log=log, env=env, started_at=time.monotonic(),
+            grace=grace, namespace=namespace, uid=meta.get("uid", ""),
+            container=container.get("name", "worker"), image=container.get("image", ""),
+            command=command, full_env=full_env, ports=ports,
+            readiness=container.get("readinessProbe") if self.node else None,
+            liveness=container.get("livenessProbe") if self.node else None,
+            restart_policy=spec.get("restartPolicy", "Always") if self.node else "Never",
+            start_time=now_rfc3339(), container_started=now_rfc3339())
         with self._lock:
             self.pods[name] = record
         self._set_status(record)
 
-    def _mount_volumes(self, spec: dict[str, Any], container: dict[str, Any],
+    @staticmethod
+    def _spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+        with open(log, "ab") as handle:
+            return subprocess.Popen(command, env=env, cwd=REPO, stdout=handle,
+                                    stderr=subprocess.STDOUT)
+
+    def _pod_kubeconfig(self, token_dir: Path, namespace: str) -> Path:
+        """A kubeconfig of the pod's own ServiceAccount token (what in-cluster config reads)."""
+        import yaml
+
+        path = token_dir.parent / "kubeconfig"
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "pod",
+            "clusters": [{"name": "cluster", "cluster": {
+                "server": self.server, "certificate-authority": str(token_dir / "ca.crt")}}],
+            "users": [{"name": "sa", "user": {"tokenFile": str(token_dir / "token"),
+                                              "token": (token_dir / "token").read_text()}}],
+            "contexts": [{"name": "pod", "context": {"cluster": "cluster", "user": "sa",
+                                                     "namespace": namespace}}],
+        }
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def _mount_volumes(self, pod: dict[str, Any], container: dict[str, Any],
                        podroot: Path) -> dict[str, Path]:
+        spec = pod["spec"]
+        namespace = pod["metadata"].get("namespace") or self.namespace or "default"
         volumes = {v["name"]: v for v in spec.get("volumes") or []}
         mounts: dict[str, Path] = {}
         for mount in container.get("volumeMounts") or []:
@@ -240,19 +392,79 @@ class ProcessKubelet:
             local = podroot / "volumes" / mount["name"]
             local.mkdir(parents=True, exist_ok=True)
             if "secret" in volume:
-                source = volume["secret"]
-                secret = self.api.get("secrets", source["secretName"], self.namespace)
-                if secret is None:
-                    raise RuntimeError(f"secret {source['secretName']} not found")
-                data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
-                data.update({k: v.encode() for k, v in (secret.get("stringData") or {}).items()})
-                items = source.get("items") or [{"key": k, "path": k} for k in data]
-                for item in items:
-                    (local / item["path"]).write_bytes(data[item["key"]])
+                self._write_items(local, self._secret_data(volume["secret"]["secretName"],
+                                                           namespace),
+                                  volume["secret"].get("items"))
+            elif "configMap" in volume:
+                self._write_items(local, self._config_data(volume["configMap"]["name"],
+                                                           namespace),
+                                  volume["configMap"].get("items"))
+            elif "projected" in volume:
+                for source in volume["projected"].get("sources") or []:
+                    self._project(pod, source, local)
             mounts[mount["mountPath"]] = local
         return mounts
 
+    @staticmethod
+    def _write_items(local: Path, data: dict[str, bytes],
+                     items: list[dict[str, Any]] | None) -> None:
+        for item in items or [{"key": k, "path": k} for k in data]:
+            target = local / item["path"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data[item["key"]])
+
+    def _secret_data(self, name: str, namespace: str) -> dict[str, bytes]:
+        secret = self.api.get("secrets", name, namespace)
+        if secret is None:
+            raise NotYet(f"secret {namespace}/{name} not found")
+        data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
+        data.update({k: v.encode() for k, v in (secret.get("stringData") or {}).items()})
+        return data
+
+    def _config_data(self, name: str, namespace: str) -> dict[str, bytes]:
+        config = self.api.get("configmaps", name, namespace)
+        if config is None:
+            raise NotYet(f"configmap {namespace}/{name} not found")
+        return {k: str(v).encode() for k, v in (config.get("data") or {}).items()}
+
+    def _project(self, pod: dict[str, Any], source: dict[str, Any], local: Path) -> None:
+        meta = pod["metadata"]
+        namespace = meta.get("namespace") or "default"
+        if "serviceAccountToken" in source:
+            spec = source["serviceAccountToken"]
+            account = pod["spec"].get("serviceAccountName") or "default"
+            request: dict[str, Any] = {
+                "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "spec": {"expirationSeconds": int(spec.get("expirationSeconds", 3607)),
+                         "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
+                                            "name": meta["name"], "uid": meta.get("uid")}}}
+            if spec.get("audience"):
+                request["spec"]["audiences"] = [spec["audience"]]
+            answer = self.api.post("serviceaccounts", account, request, namespace,
+                                   subresource="token")
+            (local / spec["path"]).write_text(answer["status"]["token"])
+        elif "configMap" in source:
+            self._write_items(local, self._config_data(source["configMap"]["name"], namespace),
+                              source["configMap"].get("items"))
+        elif "secret" in source:
+            self._write_items(local, self._secret_data(source["secret"]["name"], namespace),
+                              source["secret"].get("items"))
+        elif "downwardAPI" in source:
+            for item in source["downwardAPI"].get("items") or []:
+                path = (item.get("fieldRef") or {}).get("fieldPath", "")
+                (local / item["path"]).write_text(self._field(pod, path))
+
+    def _field(self, pod: dict[str, Any], path: str) -> str:
+        meta = pod["metadata"]
+        return {"metadata.name": meta["name"],
+                "metadata.namespace": meta.get("namespace") or self.namespace or "default",
+                "metadata.uid": meta.get("uid", ""),
+                "spec.nodeName": self.node or "",
+                "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
+                "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1"}.get(path, "")
+
     def _resolve_env(self, pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+        namespace = pod["metadata"].get("namespace") or self.namespace or "default"
         env: dict[str, str] = {}
         for entry in container.get("env") or []:
             if "value" in entry:
@@ -260,57 +472,122 @@ class ProcessKubelet:
                 continue
             source = entry.get("valueFrom") or {}
             if "fieldRef" in source:
-                path = source["fieldRef"]["fieldPath"]
-                env[entry["name"]] = {"metadata.name": pod["metadata"]["name"],
-                                      "metadata.namespace": self.namespace,
-                                      "status.podIP": "127.0.0.1"}.get(path, "")
+                env[entry["name"]] = self._field(pod, source["fieldRef"]["fieldPath"])
             elif "secretKeyRef" in source:
                 ref = source["secretKeyRef"]
-                secret = self.api.get("secrets", ref["name"], self.namespace) or {}
-                env[entry["name"]] = base64.b64decode(secret["data"][ref["key"]]).decode()
+                env[entry["name"]] = self._secret_data(ref["name"], namespace)[ref["key"]].decode()
             elif "configMapKeyRef" in source:
                 ref = source["configMapKeyRef"]
-                config = self.api.get("configmaps", ref["name"], self.namespace) or {}
-                env[entry["name"]] = str(config["data"][ref["key"]])
+                env[entry["name"]] = self._config_data(ref["name"], namespace)[ref["key"]].decode()
         return env
 
     # -- status ----------------------------------------------------------------------------
 
-    def _probe(self, pod: PodProcess) -> bool:
-        if pod.port is None:
-            return pod.proc.poll() is None
+    def _http_probe(self, pod: PodProcess, probe: dict[str, Any] | None, default: str) -> bool:
+        if pod.proc.poll() is not None:
+            return False
+        get = (probe or {}).get("httpGet")
+        if probe is not None and get is None:
+            return True  # exec/tcp probes are not run: a live process counts
+        path = get.get("path", "/") if get else default
+        port = pod.ports.get(str(get.get("port"))) if get else pod.port
+        if port is None:
+            return pod.port is None
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{pod.port}/readyz",
-                                        timeout=1) as response:
-                return bool(response.status == 200)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}",
+                                        timeout=float((probe or {}).get("timeoutSeconds", 1))
+                                        ) as response:
+                return bool(200 <= response.status < 400)
         except (OSError, urllib.error.URLError):
             return False
 
     def _observe(self, pod: PodProcess) -> None:
-        if pod.phase != "Running":
+        if pod.phase != "Running" or pod.term_at is not None:
+            return
+        now = time.monotonic()
+        if pod.restart_at is not None:
+            if now < pod.restart_at:
+                return
+            pod.restart_at = None
+            pod.proc = self._spawn(pod.command, pod.full_env, pod.log)
+            pod.started_at, pod.container_started = now, now_rfc3339()
+            pod.liveness_failures = 0
+            self._set_status(pod)
             return
         code = pod.proc.poll()
         if code is not None:
-            pod.phase, pod.ready = ("Succeeded" if code == 0 else "Failed"), False
+            pod.ready, pod.last_exit = False, code
+            if pod.restart_policy == "Always" or (pod.restart_policy == "OnFailure" and code):
+                # Back off like a kubelet (10 s doubling, capped here at 10 s for tests).
+                pod.restarts += 1
+                pod.restart_at = now + min(10.0, 1.0 * pod.restarts)
+                self._set_status(pod, waiting="CrashLoopBackOff" if code else "Completed")
+                return
+            pod.phase = "Succeeded" if code == 0 else "Failed"
             self._set_status(pod, exit_code=code)
             return
-        ready = self._probe(pod)
+        if pod.liveness is not None:
+            delay = float(pod.liveness.get("initialDelaySeconds", 0))
+            period = float(pod.liveness.get("periodSeconds", 10))
+            if now - pod.started_at >= delay and now - pod.last_liveness >= period:
+                pod.last_liveness = now
+                if self._http_probe(pod, pod.liveness, "/healthz"):
+                    pod.liveness_failures = 0
+                else:
+                    pod.liveness_failures += 1
+                    if pod.liveness_failures >= int(pod.liveness.get("failureThreshold", 3)):
+                        logger.warning("pod %s failed its liveness probe: restarting", pod.name)
+                        self._stop_process(pod, pod.grace)
+                        return
+        ready = self._http_probe(pod, pod.readiness, "/readyz")
         if ready != pod.ready:
             pod.ready = ready
             self._set_status(pod)
 
-    def _set_status(self, pod: PodProcess, *, exit_code: int | None = None) -> None:
+    def _stop_process(self, pod: PodProcess, grace: float) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            pod.proc.send_signal(signal.SIGTERM)
+        try:
+            pod.proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pod.proc.kill()
+            pod.proc.wait(timeout=10)
+
+    def _set_status(self, pod: PodProcess, *, exit_code: int | None = None,
+                    waiting: str | None = None) -> None:
         ready = "True" if pod.ready else "False"
-        state: dict[str, Any] = ({"running": {}} if exit_code is None
-                                 else {"terminated": {"exitCode": exit_code}})
-        status = {"phase": pod.phase, "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
-                  "conditions": [{"type": "Ready", "status": ready},
-                                 {"type": "ContainersReady", "status": ready}],
-                  "containerStatuses": [{"name": "worker", "ready": pod.ready,
-                                         "restartCount": 0, "state": state}]}
-        with contextlib.suppress(Exception):  # the pod may be gone already
-            self.api.patch("pods", pod.name, {"status": status}, self.namespace,
+        state: dict[str, Any]
+        if exit_code is not None:
+            state = {"terminated": {"exitCode": exit_code, "finishedAt": now_rfc3339(),
+                                    "reason": "Completed" if exit_code == 0 else "Error"}}
+        elif waiting is not None:
+            state = {"waiting": {"reason": waiting}}
+        else:
+            state = {"running": {"startedAt": pod.container_started}}
+        container: dict[str, Any] = {"name": pod.container, "ready": pod.ready,
+                                     "restartCount": pod.restarts, "state": state,
+                                     "image": pod.image or "process",
+                                     "imageID": "", "started": exit_code is None}
+        if pod.last_exit is not None:
+            container["lastState"] = {"terminated": {"exitCode": pod.last_exit}}
+        stamp = now_rfc3339()
+        conditions = [{"type": "Ready", "status": ready},
+                      {"type": "ContainersReady", "status": ready}]
+        if self.node is not None:
+            conditions = [{**c, "lastTransitionTime": stamp} for c in [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Initialized", "status": "True"}, *conditions]]
+        status: dict[str, Any] = {
+            "phase": pod.phase, "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
+            "conditions": conditions, "containerStatuses": [container]}
+        if self.node is not None:
+            status.update({"podIPs": [{"ip": "127.0.0.1"}], "hostIPs": [{"ip": "127.0.0.1"}],
+                           "startTime": pod.start_time})
+        try:
+            self.api.patch("pods", pod.name, {"status": status}, pod.namespace,
                            subresource="status")
+        except Exception as exc:  # the pod may be gone already
+            logger.debug("status of pod %s not written: %s", pod.name, exc)
 
     # -- deletion --------------------------------------------------------------------------
 
@@ -340,14 +617,22 @@ class ProcessKubelet:
         if record is not None and record.exited_at is None:
             record.exited_at, record.killed, record.exit_code = time.time(), pod.killed, code
         if manifest is not None:
-            self._remove_finalizer(manifest)
+            self._finish_deletion(manifest)
         pod.removed = True
 
-    def _remove_finalizer(self, manifest: dict[str, Any]) -> None:
+    def _finish_deletion(self, manifest: dict[str, Any]) -> None:
         meta = manifest["metadata"]
+        namespace = meta.get("namespace") or self.namespace or "default"
+        if self.node is not None:
+            # What a kubelet does once the containers are gone: the final, immediate delete.
+            try:
+                self.api.delete("pods", meta["name"], namespace, grace=0)
+            except Exception as exc:
+                logger.debug("pod %s not deleted: %s", meta["name"], exc)
+            return
         finalizers = list(meta.get("finalizers") or [])
         if FINALIZER in finalizers:
             finalizers.remove(FINALIZER)
             with contextlib.suppress(Exception):
                 self.api.patch("pods", meta["name"], {"metadata": {"finalizers": finalizers}},
-                               self.namespace)
+                               namespace)

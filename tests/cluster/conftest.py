@@ -1,0 +1,204 @@
+"""The real-cluster tier: etcd, kube-apiserver, kube-controller-manager, helm, kubectl.
+
+One control plane per pytest worker (session scope: starting it costs seconds,
+not a test's worth); every test gets its own namespace, its own process kubelet
+(a Node named after the namespace, taking only that namespace's pods), its own
+Helm release name and its own PostgreSQL database. The operator is installed
+by the real Helm from charts/jobwarden and watches only the test's namespace
+(``operator.watchNamespaces``), so tests on one control plane do not see each
+other. Timings are shortened only through chart values (``operator.extraEnv``)
+and WorkerPool ``spec.env``, as a user would.
+
+Skipped as a whole (one line) where there is no Go toolchain to build the
+binaries, or no openssl to make certificates.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from jobwarden.client import Client
+from tests.cluster import pki, tools
+from tests.cluster.api import ApiError, RealKubeAPI
+from tests.cluster.controlplane import ControlPlane, ControlPlaneError
+from tests.e2e.conftest import WORKER_ENV, host_observation
+from tests.e2e.kubelet import ProcessKubelet
+from tests.support.kube import Kubectl
+
+REPO = Path(__file__).resolve().parents[2]
+CHART = REPO / "charts" / "jobwarden"
+#: The operator's timings in tests, set as a user would: chart values.
+OPERATOR_ENV = {
+    "JOBWARDEN_POOL_INTERVAL": "0.5",
+    "JOBWARDEN_STATUS_INTERVAL": "0.5",
+    "JOBWARDEN_SCHEDULE_CHECK_SECONDS": "0.2",
+    "JOBWARDEN_REAP_INTERVAL": "0.5",
+    "JOBWARDEN_GAUGE_INTERVAL": "0.5",
+    "JOBWARDEN_LOOP_LEASE_SECONDS": "3",
+}
+
+
+@pytest.fixture(scope="session")
+def kube_tools_dir() -> Path:
+    try:
+        return tools.kube_tools()
+    except tools.ToolsUnavailable as exc:
+        pytest.skip(f"real-cluster tier skipped: {exc}")
+    raise AssertionError("unreachable")
+
+
+@pytest.fixture(scope="session")
+def control_plane(kube_tools_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                  ) -> Iterator[ControlPlane]:
+    if not pki.available():
+        pytest.skip("real-cluster tier skipped: no openssl to make the certificates")
+    plane = ControlPlane(kube_tools_dir, tmp_path_factory.mktemp("controlplane"))
+    try:
+        plane.start()
+    except ControlPlaneError:
+        plane.stop()
+        raise
+    yield plane
+    plane.stop()
+
+
+@dataclasses.dataclass
+class RealCluster:
+    plane: ControlPlane
+    api: RealKubeAPI
+    namespace: str
+    kubectl: Kubectl
+    helm: Helm
+    kubelet: ProcessKubelet
+    dsn: str
+    client: Client
+    workdir: Path
+    releases: list[str] = dataclasses.field(default_factory=list)
+
+    def values_file(self, values: dict[str, Any], name: str = "values.yaml") -> Path:
+        path = self.workdir / name
+        path.write_text(yaml.safe_dump(values))
+        return path
+
+    def base_values(self, **extra: Any) -> dict[str, Any]:
+        """Chart values of a test install: the test's database, namespace and timings."""
+        values: dict[str, Any] = {
+            "database": {"dsn": self.dsn},
+            "operator": {"watchNamespaces": [self.namespace],
+                         "extraEnv": [{"name": k, "value": v}
+                                      for k, v in OPERATOR_ENV.items()],
+                         "readinessProbe": {"periodSeconds": 1},
+                         "terminationGracePeriodSeconds": 10},
+        }
+        for key, value in extra.items():
+            if isinstance(value, dict) and isinstance(values.get(key), dict):
+                values[key] = {**values[key], **value}
+            else:
+                values[key] = value
+        return values
+
+    def install(self, release: str | None = None, *, values: dict[str, Any] | None = None,
+                wait: bool = True) -> str:
+        release = release or f"jw-{self.namespace}"
+        args = ["install", release, str(CHART), "--namespace", self.namespace,
+                "-f", str(self.values_file(values or self.base_values(), f"{release}.yaml"))]
+        if wait:
+            args += ["--wait", "--timeout", "180s"]
+        self.helm(*args, timeout=240)
+        self.releases.append(release)
+        return release
+
+    def pods(self, labels: str | None = None, *, alive: bool = True) -> list[dict[str, Any]]:
+        pods = self.api.list("pods", self.namespace, labels=labels)
+        if alive:
+            pods = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+        return pods
+
+    def wait(self, probe: Callable[[], Any], *, timeout: float = 60.0,
+             what: str = "a condition") -> Any:
+        """Poll ``probe`` until truthy; the kubelet's and the control plane's logs on failure."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = probe()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
+                                     f"last value {value!r}\n{self.kubelet.report(2500)}")
+            if self.kubelet.errors:
+                raise AssertionError(f"kubelet failed: {self.kubelet.errors}\n"
+                                     f"{self.kubelet.report(2500)}")
+            time.sleep(0.2)
+
+    def operator_logs(self) -> str:
+        return "\n".join(p.logs() for p in self.kubelet.pods.values()
+                         if p.container == "operator")
+
+
+Helm = tools.Helm
+
+
+@pytest.fixture
+def realkube(control_plane: ControlPlane, dsn: str, client: Client, tmp_path: Path
+             ) -> Iterator[RealCluster]:
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    api = control_plane.admin_api()
+    api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    assert control_plane.pki is not None
+    kubelet = ProcessKubelet(api, workdir=tmp_path / "kubelet", namespace=namespace,
+                             node=f"node-{namespace}", server=control_plane.server,
+                             ca_file=control_plane.pki.ca_cert,
+                             extra_env={"JOBWARDEN_TEST_AUDIT_DSN": dsn},
+                             observe=host_observation(client), interval=0.2).start()
+    assert control_plane.kubeconfig.exists()
+    box = RealCluster(
+        plane=control_plane, api=api, namespace=namespace,
+        kubectl=Kubectl(control_plane.kubeconfig, cache_dir=tmp_path / "kubectl-cache",
+                        timeout=60),
+        helm=Helm(control_plane.bin_dir / "helm", control_plane.kubeconfig, tmp_path / "helm"),
+        kubelet=kubelet, dsn=dsn, client=client, workdir=tmp_path)
+    try:
+        yield box
+    finally:
+        # Uninstall and delete the namespace while the kubelet still runs, so that the
+        # pods terminate as on a node; then the node goes.
+        for release in box.releases:
+            box.helm.run("uninstall", release, "--namespace", namespace, "--wait",
+                         "--timeout", "60s", check=False)
+        with contextlib.suppress(ApiError):
+            api.delete("namespaces", namespace, None)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and api.get("namespaces", namespace, None):
+            time.sleep(0.3)
+        kubelet.stop()
+        with contextlib.suppress(ApiError):
+            api.delete("nodes", kubelet.node or "", None)
+        print(kubelet.report())
+
+
+def worker_pool(name: str, namespace: str, secret: str, **spec: Any) -> dict[str, Any]:
+    """A WorkerPool of the test jobs, with the e2e tier's worker timings."""
+    return {
+        "apiVersion": "jobwarden.io/v1alpha1", "kind": "WorkerPool",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"image": "example/jobs:1", "replicas": 1, "queues": ["default"],
+                 "concurrency": 4, "apps": ["tests.support.testjobs"],
+                 "dsnSecretRef": {"name": secret}, "drainTimeoutSeconds": 30,
+                 "env": [{"name": k, "value": v} for k, v in WORKER_ENV.items()], **spec},
+    }
+
+
+def secret(name: str, namespace: str, dsn: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": name, "namespace": namespace},
+            "data": {"dsn": base64.b64encode(dsn.encode()).decode()}}
