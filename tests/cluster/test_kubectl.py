@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import RealCluster
-from tests.kube import KubectlError
+from tests.support.kube import KubectlError
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
 
