@@ -1,11 +1,13 @@
 """The chart's alert rules, checked and unit-tested by Prometheus' own promtool.
 
 The PrometheusRule is rendered from charts/jobwarden with its default
-thresholds (release ``jw`` in namespace ``jobs``, what alerts.test.yaml
-assumes); ``promtool check rules`` parses every expression with Prometheus'
-parser, and ``promtool test rules`` runs alerts.test.yaml: every alert fires
-on the series that should fire it and stays silent on its near misses
-(``for`` durations, windows forgetting, other namespaces).
+thresholds (release ``jw`` in namespace ``jobs``, the operator's scrape job and
+a runbook base named: what alerts.test.yaml assumes). ``promtool check rules``
+parses every expression with Prometheus' parser, and ``promtool test rules``
+runs alerts.test.yaml: every alert fires on the series that should fire it and
+stays silent on its near misses (``for`` durations, windows forgetting, other
+namespaces). tests/chart/test_promtool.py checks every values scenario and the
+rare-event alerts' first-event behaviour; this file is the per-alert spec.
 
 promtool comes from Debian's ``prometheus`` package; without it these tests
 are skipped with that reason. They need no control plane.
@@ -25,14 +27,17 @@ from tests.chart.helmchart import manifests
 HERE = Path(__file__).resolve().parent
 UNIT_TESTS = HERE / "alerts" / "alerts.test.yaml"
 PROMTOOL = shutil.which("promtool")
+#: Every alert on: the operator's scrape job named (JobwardenOperatorDown needs one) and
+#: runbook links (alerts.test.yaml expects them under this base).
+VALUES = {"prometheusRule": {"enabled": True, "operatorJob": "jw-jobwarden-operator",
+                             "runbookBaseUrl": "https://runbooks.example.org/alerts.md"}}
 
 pytestmark = pytest.mark.skipif(PROMTOOL is None,
                                 reason="promtool missing (Debian package prometheus)")
 
 
 def rendered_rules(tmp_path: Path) -> Path:
-    rules = [d for d in manifests({"prometheusRule": {"enabled": True}})
-             if d["kind"] == "PrometheusRule"]
+    rules = [d for d in manifests(VALUES) if d["kind"] == "PrometheusRule"]
     assert len(rules) == 1
     path = tmp_path / "rules.yaml"
     path.write_text(yaml.safe_dump(rules[0]["spec"]))
