@@ -6,6 +6,10 @@ import re
 from collections.abc import Callable, Iterator
 
 import pytest
+
+pytest.importorskip("starlette", reason="the console extra is not installed: "
+                    "pip install -e '.[test]' (jobwarden[console])")
+
 from starlette.testclient import TestClient
 
 import jobwarden

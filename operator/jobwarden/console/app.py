@@ -44,7 +44,9 @@ class Guard(BaseHTTPMiddleware):
                 "authentication required", status_code=401,
                 headers={"WWW-Authenticate": 'Basic realm="Jobwarden console"'})
         else:
-            fresh = session is None
+            # Static files never start a session: a stylesheet fetched alongside the
+            # first page must not replace the cookie that page's CSRF tokens are for.
+            fresh = session is None and not request.url.path.startswith("/static/")
             current = session or security.new_session()
             request.state.session = current
             response = await call_next(request)

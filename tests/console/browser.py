@@ -1,0 +1,78 @@
+"""The browser tier's machinery: the console served for real, and headless Chromium.
+
+Chromium and its driver come from the system (Debian ``chromium`` and
+``chromium-driver``); Selenium drives them through the given driver path, so
+nothing is downloaded at test time. Every run gets a fresh profile directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import uvicorn
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+
+import jobwarden
+from jobwarden.console.app import build_app
+from jobwarden.console.settings import ConsoleSettings
+from tests.support.waiting import wait_for
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync", "--no-first-run", "--window-size=1360,900",
+                  "--disable-dev-shm-usage"]
+
+
+def browser_paths() -> tuple[str, str] | None:
+    """(chromium, chromedriver) from PATH, or None when either is missing."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    return (browser, driver) if browser and driver else None
+
+
+@contextlib.contextmanager
+def serve(client: jobwarden.Client, settings: ConsoleSettings) -> Iterator[str]:
+    """The console on a free loopback port, in a thread; yields its base URL."""
+    app = build_app(client, settings)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False,
+                                           lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]},
+                              name="console-server", daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started or not thread.is_alive(), timeout=30,
+                 message="the console to start")
+        if not server.started:
+            raise RuntimeError("the console did not start")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        sock.close()
+
+
+@contextlib.contextmanager
+def chromium(profile: Path) -> Iterator[webdriver.Chrome]:
+    paths = browser_paths()
+    assert paths is not None
+    browser, driver = paths
+    options = webdriver.ChromeOptions()
+    options.binary_location = browser
+    for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={profile}"]:
+        options.add_argument(flag)
+    service = Service(executable_path=driver, log_output=os.devnull)
+    chrome = webdriver.Chrome(options=options, service=service)
+    try:
+        yield chrome
+    finally:
+        chrome.quit()
