@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import venv
 from pathlib import Path
 
@@ -90,26 +91,27 @@ def test_the_wheel_installs_like_the_dockerfile_does_and_starts(tmp_path: Path) 
     )
     assert build.returncode == 0, build.stdout[-3000:] + build.stderr[-3000:]
     env_dir = tmp_path / "venv"
-    # The dependencies come from this interpreter's site-packages (no index is
-    # reachable in the same way in CI); the project itself only from the wheel.
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    # The dependencies come from the test interpreter's own site-packages (the
+    # project's .venv), appended to the new venv's path by a .pth file; the project
+    # itself only from the wheel, which the new venv's site-packages hold first.
+    # Not system_site_packages=True: that inherits the *base* interpreter's packages
+    # (where .venv was created from), which a fresh machine does not have.
+    venv.create(env_dir, system_site_packages=False, with_pip=False)
     python = env_dir / "bin" / "python"
-    subprocess.run(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--no-index",
-            f"--find-links={wheels}",
-            "--force-reinstall",
-            "--no-deps",
-            "jobwarden[operator]",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=300,
+    # The Dockerfile's install command, run by this interpreter's pip into the new
+    # venv (--python), before the venv can see .venv's editable jobwarden.
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-index",
+         f"--find-links={wheels}", "--force-reinstall", "--no-deps", "jobwarden[operator]"],
+        capture_output=True, text=True, timeout=300, check=False,
     )
+    assert install.returncode == 0, install.stdout[-3000:] + install.stderr[-3000:]
+    own_site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    inherited = sorted({sysconfig.get_path("purelib"), sysconfig.get_path("platlib")})
+    (Path(own_site) / "test-deps.pth").write_text("".join(f"{p}\n" for p in inherited))
     jobwarden = env_dir / "bin" / "jobwarden"
     for args in (["--help"], ["worker", "--help"]):
         proc = subprocess.run(

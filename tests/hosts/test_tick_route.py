@@ -34,7 +34,12 @@ JobStatus = jobwarden.JobStatus
 
 @pytest.fixture
 def ticked(dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
-    """A worker serving HTTP whose own fetch loop claims nothing: only ticks run jobs."""
+    """A worker serving HTTP whose own loops claim and reap nothing: only ticks do.
+
+    Its reaper is off (``reap_interval=0``): with the usual fast test interval it
+    raced the tick for a stale claim, and on a slower (fresh) machine it won, so a
+    tick that reaps looked like one that did not.
+    """
     for name in ("JOBWARDEN_TICK_TOKEN", "JOBWARDEN_TICK_TOKEN_FILE",
                  "JOBWARDEN_TICK_TOKEN_IN_QUERY", "JOBWARDEN_TICK_MAX_JOBS_LIMIT",
                  "JOBWARDEN_TICK_TIMEOUT_LIMIT", "JOBWARDEN_TICK_MAX_JOBS"):
@@ -42,7 +47,8 @@ def ticked(dsn: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[Worker]:
     monkeypatch.setenv("JOBWARDEN_TICK_TOKEN", TOKEN)
     database = Database(dsn, min_size=1, max_size=8)
     worker = build_worker(database, WorkerSettings(**{**FAST, "host": HOST, "http_port": 0,
-                                                      "http_host": "127.0.0.1"}),
+                                                      "http_host": "127.0.0.1",
+                                                      "reap_interval": 0}),
                           extra=[lambda _worker: _NoClaims()],  # no claim of its own, ever
                           tick_schedules=lambda: schedule_runner())
     worker.start()
@@ -325,6 +331,13 @@ def test_a_tick_respects_the_host_cap(ticked: Worker, client: jobwarden.Client,
     assert _statuses(client, ids) == [JobStatus.PENDING]
 
 
+def _claim_expired(db: Database, job_id: int) -> bool:
+    with db.connection() as conn:
+        row = conn.execute("SELECT claim_expires_at < now() FROM jobwarden.jobs WHERE id = %s",
+                           (job_id,)).fetchone()
+    return bool(row and row[0])
+
+
 def test_a_tick_reaps_and_runs_due_schedules(ticked: Worker, client: jobwarden.Client,
                                              db: Database) -> None:
     calls: list[str] = []
@@ -336,7 +349,7 @@ def test_a_tick_reaps_and_runs_due_schedules(ticked: Worker, client: jobwarden.C
     _schedule_pass[0] = schedules
     stale = client.enqueue(testjobs.Record).id
     db.jobs.claim(host="dead-host", limit=1, grace_seconds=0.01)
-    wait_for(lambda: db.row("db_now") is not None)  # claim expired on the database clock
+    wait_for(lambda: _claim_expired(db, stale), message="the claim to expire (database clock)")
 
     status, body = call(ticked, "GET", "/tick?max_jobs=0")
 

@@ -3,12 +3,23 @@
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Iterator
 
 import pytest
 
 import jobwarden
 from jobwarden.cli import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_OK, main
 from tests.support.waiting import wait_for
+
+
+@pytest.fixture(autouse=True)
+def _root_logging() -> Iterator[None]:
+    """main() configures the root logger for a process; put pytest's back after."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:], root.level = handlers, level
 
 
 def _run(capsys: pytest.CaptureFixture[str], dsn: str, *args: str) -> tuple[int, str, str]:

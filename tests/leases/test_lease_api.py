@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import statistics
 import threading
 import time
 from typing import Any
@@ -105,13 +104,19 @@ def test_a_raising_telemetry_callback_never_breaks_the_lease(client: jobwarden.C
         assert lease.held
 
 
+#: A waiter's longest sleep in these tests: far beyond any bound asserted below, so
+#: a waiter that woke in time was woken by the release's NOTIFY (or the holder's
+#: expiry), never by its poll. The speed of the hand-over is measured in bench/.
+NO_POLL_SECONDS = 120.0
+
+
 def _handoff_lag(client: jobwarden.Client) -> float:
     """Seconds from the holder's release() call to a blocked waiter holding the lease."""
-    holder = client.lease("handoff", ttl=30).acquire()
+    holder = client.lease("handoff", ttl=600).acquire()
     got: dict[str, float] = {}
 
     def waiter() -> None:
-        with client.lease("handoff", ttl=30, wait=10):
+        with client.lease("handoff", ttl=30, wait=60):
             got["at"] = time.monotonic()
 
     def last_token() -> int:
@@ -121,28 +126,34 @@ def _handoff_lag(client: jobwarden.Client) -> float:
 
     thread = threading.Thread(target=waiter)
     thread.start()
-    # Every try draws a token (see lease_acquire), so this shows the waiter's first,
-    # busy, try is done: from here on it is subscribed and waiting.
-    wait_for(lambda: last_token() > holder.token, message="the waiter's first try")
+    # Every try draws a token (see lease_acquire): two tries (the busy one, then the
+    # one right after marking itself as waiting) show it is subscribed and waiting.
+    wait_for(lambda: last_token() >= holder.token + 2, message="the waiter's tries")
     released_at = time.monotonic()
     holder.release()
-    thread.join(timeout=5)
+    thread.join(timeout=60)
+    assert "at" in got, "the waiter never got the lease"
     return got["at"] - released_at
 
 
-def test_wait_wakes_within_50ms_of_a_release(client: jobwarden.Client) -> None:
-    lags = [_handoff_lag(client) for _ in range(5)]
-    assert max(lags) < 0.050, f"wake-up lags {lags}"
-    assert statistics.median(lags) < 0.025
+def test_a_waiter_is_woken_by_the_release_not_by_its_poll(
+        client: jobwarden.Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Neither a poll (NO_POLL_SECONDS) nor the holder's expiry (600 s) nor the
+    # wait's end (60 s) can come within 30 s: only the NOTIFY can.
+    monkeypatch.setattr(leases, "POLL_CAP_SECONDS", NO_POLL_SECONDS)
+    lags = [_handoff_lag(client) for _ in range(3)]
+    assert max(lags) < 30.0, f"wake-up lags {lags}"
 
 
-def test_wait_also_wakes_at_the_holders_expiry(client: jobwarden.Client) -> None:
+def test_wait_also_wakes_at_the_holders_expiry(client: jobwarden.Client,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(leases, "POLL_CAP_SECONDS", NO_POLL_SECONDS)
     client.lease("crashed-holder", ttl=0.4).acquire()  # never released, as if its process died
     started = time.monotonic()
-    with client.lease("crashed-holder", ttl=30, wait=5) as lease:
+    with client.lease("crashed-holder", ttl=30, wait=60) as lease:
         waited = time.monotonic() - started
     assert lease.token > 0
-    assert 0.3 < waited < 0.8  # the expiry, not a poll interval or the full wait
+    assert 0.3 < waited < 30.0  # the expiry, not a poll interval or the full wait
 
 
 def test_wait_gives_up_after_the_wait(client: jobwarden.Client) -> None:
@@ -150,7 +161,7 @@ def test_wait_gives_up_after_the_wait(client: jobwarden.Client) -> None:
     started = time.monotonic()
     with pytest.raises(jobwarden.LeaseBusy):
         client.lease("held", ttl=30, wait=0.3).acquire()
-    assert 0.3 <= time.monotonic() - started < 1.0
+    assert 0.3 <= time.monotonic() - started < 10.0  # the wait, not the holder's 30 s
 
 
 def test_a_semaphore_lease_admits_n_holders(client: jobwarden.Client) -> None:

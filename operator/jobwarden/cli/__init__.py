@@ -102,8 +102,29 @@ class _JsonFormatter(logging.Formatter):
         return json.dumps(payload)
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is emitted.
+
+    A handler bound to the stream object of the moment keeps writing to it after
+    it is replaced and closed (``main()`` called in-process by a test harness,
+    then a background thread logging later): "Logging error ... I/O operation on
+    closed file". Looking it up per record follows the replacement.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def setup_logging(level: str, fmt: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler: logging.Handler = _StderrHandler()
     if fmt == "json":
         handler.setFormatter(_JsonFormatter())
     else:

