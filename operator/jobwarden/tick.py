@@ -329,6 +329,20 @@ def _parameters(query: str, headers: Mapping[str, str], body: bytes) -> dict[str
     return params
 
 
+def check_max_jobs(value: int, name: str = "max_jobs") -> int:
+    """The one rule for a tick's job count, the route's and ``jobwarden tick``'s."""
+    if value < 0:
+        raise ValueError(f"{name} must not be negative")
+    return value
+
+
+def check_timeout(value: float, name: str = "timeout") -> float:
+    """The one rule for a tick's per-job time limit, the route's and ``jobwarden tick``'s."""
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive number of seconds")
+    return value
+
+
 def _int_param(params: Mapping[str, str], *names: str) -> int | None:
     for name in names:
         if name in params:
@@ -336,9 +350,7 @@ def _int_param(params: Mapping[str, str], *names: str) -> int | None:
                 value = int(params[name])
             except ValueError:
                 raise ValueError(f"{name} must be a whole number") from None
-            if value < 0:
-                raise ValueError(f"{name} must not be negative")
-            return value
+            return check_max_jobs(value, name)
     return None
 
 
@@ -349,9 +361,7 @@ def _float_param(params: Mapping[str, str], name: str) -> float | None:
         value = float(params[name])
     except ValueError:
         raise ValueError(f"{name} must be a number of seconds") from None
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive number of seconds")
-    return value
+    return check_timeout(value, name)
 
 
 class TickRoute:

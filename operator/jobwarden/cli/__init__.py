@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from jobwarden import errors
 
@@ -29,6 +29,8 @@ EXIT_NOT_FOUND = 6
 EXIT_INVALID_INPUT = 7
 EXIT_TIMEOUT = 8
 EXIT_CONFIG = 9
+#: stdout was closed by its reader (``| head``): 128 + SIGPIPE, as a shell reports it.
+EXIT_BROKEN_PIPE = 141
 
 COMMAND_MODULES = [
     "jobwarden.cli.database",
@@ -57,7 +59,7 @@ Command = Callable[[argparse.Namespace], int]
 
 
 def add_json(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--json", **JSON_FLAG)
 
 
 def print_json(value: Any) -> None:
@@ -72,24 +74,79 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         print("  ".join(value.ljust(widths[i]) for i, value in enumerate(row)).rstrip())
 
 
+#: Flags of the command as a whole, also accepted after the subcommand
+#: (``jobwarden jobs list --dsn ...``): (flags, argparse options).
+GLOBAL_FLAGS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("--dsn",), {"help": "PostgreSQL DSN (default: $JOBWARDEN_DSN or "
+                          "the file named by $JOBWARDEN_DSN_FILE)"}),
+    (("--schema",), {"help": "schema name (default: $JOBWARDEN_SCHEMA or jobwarden)"}),
+    (("--log-level",), {"type": str.upper, "choices": ["DEBUG", "INFO", "WARNING", "ERROR"],
+                        "help": "log level (default: $JOBWARDEN_LOG_LEVEL or INFO)"}),
+    (("--log-format",), {"type": str.lower, "choices": ["text", "json"],
+                         "help": "log line format (default: $JOBWARDEN_LOG_FORMAT or text)"}),
+]
+#: ``--json`` is taken before the subcommand too, by the commands that print JSON.
+JSON_FLAG: dict[str, Any] = {"action": "store_true",
+                             "help": "print JSON instead of a table (default: off)"}
+
+
+class HelpFormatter(argparse.HelpFormatter):
+    """Every flag's help shows its default: appended unless the text already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or not action.option_strings or action.default in (
+                None, argparse.SUPPRESS) or isinstance(action.default, list):
+            return text
+        if isinstance(action.default, bool):
+            return f"{text} (default: {'on' if action.default else 'off'})"
+        return f"{text} (default: %(default)s)"
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """Usage errors in one line (and exit 2): the usage text is what ``--help`` is for."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """Every parser below ``parser`` (subcommands and their actions)."""
+    found: list[argparse.ArgumentParser] = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found.append(sub)
+                found.extend(_subcommands(sub))
+    return found
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="jobwarden",
+    parser = ArgumentParser(
+        prog="jobwarden", formatter_class=HelpFormatter,
         description="Kubernetes-native background jobs on PostgreSQL.",
     )
-    parser.add_argument("--dsn", help="PostgreSQL DSN (default: $JOBWARDEN_DSN or "
-                        "the file named by $JOBWARDEN_DSN_FILE)")
-    parser.add_argument("--schema", help="schema name (default: $JOBWARDEN_SCHEMA or jobwarden)")
-    parser.add_argument("--log-level", type=str.upper,
-                        default=os.environ.get("JOBWARDEN_LOG_LEVEL", "INFO").upper(),
-                        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                        help="default $JOBWARDEN_LOG_LEVEL or INFO")
-    parser.add_argument("--log-format", type=str.lower,
-                        default=os.environ.get("JOBWARDEN_LOG_FORMAT", "text").lower(),
-                        choices=["text", "json"], help="default $JOBWARDEN_LOG_FORMAT or text")
+    defaults = {"log_level": os.environ.get("JOBWARDEN_LOG_LEVEL", "INFO").upper(),
+                "log_format": os.environ.get("JOBWARDEN_LOG_FORMAT", "text").lower(),
+                "json": False, "dsn": None, "schema": None}
+    for flags, options in GLOBAL_FLAGS:
+        parser.add_argument(*flags, **options)
+    parser.add_argument("--json", **JSON_FLAG)
+    parser.set_defaults(**defaults)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
+    for sub in _subcommands(parser):
+        sub.formatter_class = HelpFormatter
+        # After the subcommand too. SUPPRESS: a flag not given there must not
+        # overwrite the value given (or defaulted) before the subcommand.
+        for action in sub._actions:
+            if "--json" in action.option_strings:
+                action.default = argparse.SUPPRESS
+        have = {option for action in sub._actions for option in action.option_strings}
+        for flags, options in GLOBAL_FLAGS:
+            if not have.intersection(flags):
+                sub.add_argument(*flags, **{**options, "default": argparse.SUPPRESS})
     return parser
 
 
@@ -136,21 +193,52 @@ def setup_logging(level: str, fmt: str) -> None:
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
 
+def _importable_current_directory() -> None:
+    """Let ``--app myapp.jobs`` find ``myapp`` in the directory the command runs from.
+
+    ``python -m`` puts it on the path; the ``jobwarden`` script does not (its own
+    directory is first instead). Celery and RQ behave the same way.
+    """
+    here = os.getcwd()
+    if "" not in sys.path and here not in sys.path:
+        sys.path.insert(0, here)
+
+
+def _exit_on_broken_pipe() -> int:
+    """stdout's reader went away (``jobwarden jobs list | head``): stop quietly."""
+    # Python flushes stdout again at exit, which would raise once more: point the
+    # descriptor at /dev/null first.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return EXIT_BROKEN_PIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.log_level, args.log_format)
+    _importable_current_directory()
     handler: Command = args.handler
     try:
-        return handler(args)
+        code = handler(args)
+        sys.stdout.flush()
+        return code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        return _exit_on_broken_pipe()
     except BaseException as exc:
         for kind, code in _ERROR_CODES:
             if isinstance(exc, kind):
-                print(f"jobwarden: error: {exc}", file=sys.stderr)
+                print(f"jobwarden: error: {one_line(str(exc))}", file=sys.stderr)
                 return code
         raise
+
+
+def one_line(text: str) -> str:
+    """An error message as one line (a database error's detail lines are dropped)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else "unknown error"
 
 
 def run() -> None:

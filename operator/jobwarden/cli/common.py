@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+from collections.abc import Iterable
 
 from jobwarden import errors, settings
 from jobwarden.client import Client
@@ -18,6 +20,20 @@ def dsn(args: argparse.Namespace) -> str:
 
 def schema(args: argparse.Namespace) -> str:
     return str(args.schema or settings.env_schema())
+
+
+def import_apps(modules: Iterable[str]) -> None:
+    """Import the ``--app`` modules; one that does not import is an UnknownJob (exit 5).
+
+    Whatever the module raises (a missing dependency, a typo, an error in its
+    top level) is the user's code failing to load, reported in one line.
+    """
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except Exception as exc:
+            found = f"{type(exc).__name__}: {exc}".splitlines()[0]
+            raise errors.UnknownJob(f"cannot import app module {module!r} ({found})") from exc
 
 
 def database(args: argparse.Namespace, *, max_size: int = 2) -> Database:

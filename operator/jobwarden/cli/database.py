@@ -18,7 +18,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--sql", action="store_true", help="print the migration SQL, run nothing")
     parser.add_argument("--pending", action="store_true",
                         help="with --sql: only the migrations this database still needs")
-    parser.add_argument("--json", action="store_true", help="print applied migrations as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print applied migrations as JSON (default: off)")
     parser.set_defaults(handler=migrate)
 
 

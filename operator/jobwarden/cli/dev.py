@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from jobwarden import errors, settings
-from jobwarden.cli import EXIT_OK
+from jobwarden.cli import EXIT_OK, arguments
 from jobwarden.client import Client
 from jobwarden.structs.states import JobStatus
 
@@ -31,13 +31,16 @@ def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "dev", help="run the engine locally with example jobs (embedded PostgreSQL)",
     )
-    parser.add_argument("--duration", type=float, default=None,
-                        help="stop by itself after this many seconds")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--duration", type=arguments.positive_duration, default=None,
+                        metavar="DURATION",
+                        help="stop by itself after this long, e.g. 90s, 15m "
+                             "(default: run until Ctrl-C)")
+    parser.add_argument("--workers", type=arguments.positive_int, default=2,
+                        help="worker processes")
     parser.add_argument("--data-dir", default=".jobwarden/dev-postgres",
                         help="where embedded PostgreSQL keeps its data")
     parser.add_argument("--rate", type=float, default=20.0, help="example jobs per second")
-    parser.add_argument("--port", type=int, default=9300,
+    parser.add_argument("--port", type=arguments.port, default=9300,
                         help="first metrics port (one per worker)")
     parser.add_argument("--no-view", action="store_true", help="print a line per second instead")
     parser.set_defaults(handler=cmd_dev)

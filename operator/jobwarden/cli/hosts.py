@@ -15,12 +15,14 @@ import time
 from typing import Any
 
 from jobwarden import errors, settings
+from jobwarden import tick as ticks
 from jobwarden.cli import (
     EXIT_FAILURE,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_TIMEOUT,
     add_json,
+    arguments,
     common,
     print_json,
     print_table,
@@ -33,21 +35,30 @@ from jobwarden.structs.hosts import HostStatus
 DEFAULT_WAIT = 600.0
 
 
-def _seconds(text: str) -> float:
+_seconds = arguments.duration
+
+
+def _tick_max_jobs(text: str) -> int:
     try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if value < 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError("seconds must be a non-negative number")
-    return value
+        return ticks.check_max_jobs(arguments.whole_number(text), "--max-jobs")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _tick_timeout(text: str) -> float:
+    try:
+        return ticks.check_timeout(arguments.parse_duration(text), "--timeout")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _target(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group()
-    target.add_argument("--host", help="host name (default: this machine's host name: "
-                        "$JOBWARDEN_HOST, $POD_NAME or the hostname)")
-    target.add_argument("--pool", help="every host of this worker pool")
+    target.add_argument("--host", type=arguments.name,
+                        help="host name (default: this machine's host name: "
+                             "$JOBWARDEN_HOST, $POD_NAME or the hostname)")
+    target.add_argument("--pool", type=arguments.name,
+                        help="every host of this worker pool (default: --host's default)")
 
 
 def register(subparsers: Any) -> None:
@@ -59,7 +70,8 @@ def register(subparsers: Any) -> None:
     _target(drain)
     drain.add_argument("--wait", nargs="?", type=_seconds, const=DEFAULT_WAIT, default=None,
                        metavar="SECONDS",
-                       help=f"wait until idle (bare --wait: {DEFAULT_WAIT:g}s)")
+                       help=f"wait until idle (default: no wait; bare --wait: "
+                            f"{DEFAULT_WAIT:g}s)")
     drain.add_argument("--expires", type=_seconds, default=DEFAULT_DRAIN_EXPIRES,
                        metavar="SECONDS",
                        help=f"lift the drain by itself after this long "
@@ -79,13 +91,16 @@ def register(subparsers: Any) -> None:
         description="Run one tick in this process (no token needed): the same work the "
                     "worker's /tick route does.")
     tick.add_argument("--app", action="append", default=[],
-                      help="module(s) defining jobs, comma-separated (repeatable)")
-    tick.add_argument("--host", help="host name (default: $JOBWARDEN_HOST, $POD_NAME, hostname)")
-    tick.add_argument("--pool", default=None, help="pool (default: $JOBWARDEN_POOL or default)")
+                      help="module(s) defining jobs, comma-separated (repeatable; "
+                           "default $JOBWARDEN_APPS)")
+    tick.add_argument("--host", type=arguments.name,
+                      help="host name (default: $JOBWARDEN_HOST, $POD_NAME, hostname)")
+    tick.add_argument("--pool", type=arguments.name, default=None,
+                      help="pool (default: $JOBWARDEN_POOL or default)")
     tick.add_argument("--queues", default=None, help="queues, comma-separated (default: all)")
-    tick.add_argument("--max-jobs", type=int, default=None,
+    tick.add_argument("--max-jobs", type=_tick_max_jobs, default=None,
                       help="run at most this many jobs (default $JOBWARDEN_TICK_MAX_JOBS or 10)")
-    tick.add_argument("--timeout", type=_seconds, default=None,
+    tick.add_argument("--timeout", type=_tick_timeout, default=None,
                       help="per-job time limit in seconds (default $JOBWARDEN_TICK_TIMEOUT "
                            "or 300)")
     add_json(tick)
@@ -156,12 +171,13 @@ def cmd_resume(args: argparse.Namespace) -> int:
     host, pool = _resolve_target(args)
     with common.client(args) as client:
         resumed = client.hosts.resume(host=host, pool=pool)
+    if host is not None and not resumed:
+        print(f"jobwarden: error: no registered host named {host!r}", file=sys.stderr)
+        return EXIT_NOT_FOUND
     if args.json:
         print_json({"resumed": resumed})
     else:
         print(f"resumed: {', '.join(resumed) or 'no registered host'}")
-    if host is not None and not resumed:
-        return EXIT_NOT_FOUND
     return EXIT_OK
 
 
@@ -173,6 +189,7 @@ def cmd_tick(args: argparse.Namespace) -> int:
 
     apps = tuple(m.strip() for group in args.app for m in group.split(",") if m.strip()) or \
         tuple(m.strip() for m in os.environ.get("JOBWARDEN_APPS", "").split(",") if m.strip())
+    common.import_apps(apps)
     queues = tuple(q.strip() for q in (args.queues or os.environ.get("JOBWARDEN_QUEUES", ""))
                    .split(",") if q.strip())
     config = settings.WorkerSettings(

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from jobwarden import errors
 from jobwarden.cli import (
     EXIT_FAILURE,
     EXIT_OK,
+    EXIT_USAGE,
     add_json,
+    arguments,
     common,
     filters,
     print_json,
@@ -23,12 +26,19 @@ def register(subparsers: Any) -> None:
     enqueue = subparsers.add_parser("enqueue", help="enqueue one job")
     enqueue.add_argument("job_class", metavar="CLASS_PATH", help="e.g. myapp.jobs:SendEmail")
     enqueue.add_argument("--data", default="null", help="job data as JSON (default null)")
-    enqueue.add_argument("--queue")
-    enqueue.add_argument("--priority", type=int)
-    enqueue.add_argument("--delay", type=float, metavar="SECONDS")
-    enqueue.add_argument("--unique-key")
+    enqueue.add_argument("--queue", type=arguments.name,
+                         help="queue (default: the job class's, else default)")
+    enqueue.add_argument("--priority", type=int,
+                         help="higher runs first (default: the job class's, else 0)")
+    enqueue.add_argument("--delay", type=arguments.duration, metavar="DURATION",
+                         help="run no sooner than this from now, e.g. 90s, 15m, 1h "
+                              "(default: now)")
+    enqueue.add_argument("--unique-key",
+                         help="enqueue nothing while a job with this key is unfinished "
+                              "(default: none)")
     enqueue.add_argument("--app", action="append", default=[],
-                         help="module(s) to import first (where the job is defined)")
+                         help="module(s) to import first, where the job is defined "
+                              "(default: none)")
     enqueue.add_argument("--no-check", action="store_true",
                          help="enqueue even if the job class cannot be imported here")
     add_json(enqueue)
@@ -40,7 +50,8 @@ def register(subparsers: Any) -> None:
     filters.add_filter_flags(listing)
     listing.add_argument("--before", type=int, metavar="ID",
                          help="next page: only ids below this (the last id shown)")
-    listing.add_argument("--limit", type=int, default=50, help="1 to 1000 (default 50)")
+    listing.add_argument("--limit", type=arguments.positive_int, default=50,
+                         help="1 to 1000 (default 50)")
     add_json(listing)
     listing.set_defaults(handler=cmd_list)
     bulk = sub.add_parser(
@@ -69,7 +80,12 @@ def register(subparsers: Any) -> None:
     purge.add_argument("--status", action="append",
                        choices=["completed", "failed", "interrupted", "cancelled"],
                        help="status to purge (repeatable; default completed)")
-    purge.add_argument("--older-than", type=float, default=0.0, metavar="SECONDS")
+    purge.add_argument("--older-than", type=arguments.duration, default=None,
+                       metavar="DURATION",
+                       help="only jobs finished longer ago than this, e.g. 90s, 15m, 7d "
+                            "(default: any age)")
+    purge.add_argument("--yes", action="store_true",
+                       help="purge without asking, even with no --status or --older-than")
     add_json(purge)
     purge.set_defaults(handler=cmd_purge)
 
@@ -86,11 +102,8 @@ def _data(text: str) -> Any:
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    import importlib
-
     data = _data(args.data)
-    for app in args.app:
-        importlib.import_module(app)
+    common.import_apps(args.app)
     with common.client(args) as client:
         result = client.enqueue(
             args.job_class, data, queue=args.queue, priority=args.priority, delay=args.delay,
@@ -191,9 +204,26 @@ def cmd_retry(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_FAILURE
 
 
+def _confirmed(question: str) -> bool:
+    """Ask on a terminal; anywhere else (a script, CI) the answer is no."""
+    if not sys.stdin.isatty():
+        return False
+    try:
+        return input(f"{question} [y/N] ").strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
+
+
 def cmd_purge(args: argparse.Namespace) -> int:
+    # No filter at all deletes every completed job of every age: ask first.
+    if args.status is None and args.older_than is None and not args.yes \
+            and not _confirmed("delete every completed job, of any age?"):
+        print("jobwarden: error: purge without --status or --older-than deletes every "
+              "completed job: confirm on a terminal or pass --yes", file=sys.stderr)
+        return EXIT_USAGE
     with common.client(args) as client:
-        deleted = client.purge(status=args.status or ["completed"], older_than=args.older_than)
+        deleted = client.purge(status=args.status or ["completed"],
+                               older_than=args.older_than or 0.0)
     if args.json:
         print_json({"deleted": deleted})
     else:

@@ -18,6 +18,7 @@ from jobwarden.cli import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     add_json,
+    arguments,
     common,
     print_json,
     print_table,
@@ -32,15 +33,18 @@ def register(subparsers: Any) -> None:
     listing = sub.add_parser("list", help="held leases: name, holder, token, expiry")
     listing.add_argument("--expired", action="store_true",
                          help="also show lapsed leases nobody has taken over yet")
-    listing.add_argument("--prefix", help="only names starting with this (e.g. 'key:')")
-    listing.add_argument("--limit", type=int, default=1000)
+    listing.add_argument("--prefix", help="only names starting with this, e.g. 'key:' "
+                                          "(default: every name)")
+    listing.add_argument("--limit", type=arguments.positive_int, default=1000,
+                         help="most leases shown")
     add_json(listing)
     listing.set_defaults(handler=cmd_list)
 
     clear = sub.add_parser("clear", help="force-release a lease (only a lapsed one "
                                          "unless --force)")
     clear.add_argument("name", metavar="NAME")
-    clear.add_argument("--slot", type=int, help="one slot of a semaphore (default: all)")
+    clear.add_argument("--slot", type=arguments.non_negative_int,
+                       help="one slot of a semaphore (default: all)")
     clear.add_argument("--force", action="store_true",
                        help="also clear a lease whose holder may still be running")
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib
+import importlib.util
 import json
 import sys
 from typing import Any
@@ -22,6 +23,7 @@ from jobwarden.cli import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     add_json,
+    arguments,
     common,
     print_json,
     print_table,
@@ -41,6 +43,11 @@ def _instant(text: str) -> dt.datetime:
         raise argparse.ArgumentTypeError(
             f"{text!r} has no UTC offset; add one, e.g. {text}Z or {text}+02:00")
     return value
+
+
+def _whole_seconds(text: str) -> int:
+    """A duration (90s, 15m, 1h) stored as whole seconds."""
+    return round(arguments.duration(text))
 
 
 def _positive(text: str) -> int:
@@ -68,7 +75,7 @@ def register(subparsers: Any) -> None:
 
     upcoming = sub.add_parser("next", help="the next run times, in the schedule's zone and UTC")
     upcoming.add_argument("name")
-    upcoming.add_argument("-n", "--count", type=_positive, default=5)
+    upcoming.add_argument("-n", "--count", type=_positive, default=5, help="how many")
     add_json(upcoming)
     upcoming.set_defaults(handler=cmd_next)
 
@@ -82,9 +89,10 @@ def register(subparsers: Any) -> None:
         "backfill", help="enqueue the slots of a past range (slots with a job are skipped)")
     backfill.add_argument("name")
     backfill.add_argument("--from", dest="start", type=_instant, required=True,
-                          metavar="ISO", help="first instant, e.g. 2024-05-01T00:00:00Z")
+                          metavar="ISO",
+                          help="first instant, e.g. 2024-05-01T00:00:00Z (required)")
     backfill.add_argument("--to", dest="end", type=_instant, required=True, metavar="ISO",
-                          help="last instant (inclusive, not in the future)")
+                          help="last instant (inclusive, not in the future; required)")
     backfill.add_argument("--max-slots", type=_positive, default=store.DEFAULT_BACKFILL_MAX,
                           help=f"refuse a range with more slots (default "
                                f"{store.DEFAULT_BACKFILL_MAX})")
@@ -101,24 +109,39 @@ def register(subparsers: Any) -> None:
     setter = sub.add_parser("set", help="create or change a schedule (source=cli)")
     setter.add_argument("name")
     kind = setter.add_mutually_exclusive_group(required=True)
-    kind.add_argument("--cron", help="5-field cron expression or @daily-style macro")
-    kind.add_argument("--interval", help="fixed interval aligned to the epoch: 30s, 5m, 2h")
+    kind.add_argument("--cron", help="5-field cron expression or @daily-style macro "
+                                     "(one of --cron and --interval, no default)")
+    kind.add_argument("--interval", help="fixed interval aligned to the epoch: 30s, 5m, 2h "
+                                         "(one of --cron and --interval, no default)")
     setter.add_argument("--timezone", default="UTC", help="IANA zone for cron (default UTC)")
     setter.add_argument("--job", dest="job_class", required=True, metavar="CLASS_PATH",
-                        help="e.g. myapp.jobs:Report")
+                        help="e.g. myapp.jobs:Report (required, no default)")
     setter.add_argument("--data", default="null", help="job data as JSON (default null)")
-    setter.add_argument("--queue", default=None)
-    setter.add_argument("--priority", type=int, default=None)
-    setter.add_argument("--timeout", type=float, default=None, metavar="SECONDS")
-    setter.add_argument("--max-retries", type=int, default=None)
-    setter.add_argument("--catch-up", default="latest", choices=["latest", "none", "all"])
-    setter.add_argument("--catch-up-window", type=int, default=3600, metavar="SECONDS")
-    setter.add_argument("--catch-up-max", type=int, default=10)
-    setter.add_argument("--overlap", default="Allow", choices=list(policies.OVERLAPS))
-    setter.add_argument("--suspended", action="store_true")
+    setter.add_argument("--queue", type=arguments.name, default=None,
+                        help="queue of its jobs (default: the job class's, else default)")
+    setter.add_argument("--priority", type=int, default=None,
+                        help="priority of its jobs (default: the job class's, else 0)")
+    setter.add_argument("--timeout", type=arguments.positive_duration, default=None,
+                        metavar="DURATION",
+                        help="per-attempt time limit, e.g. 90s, 15m, 1h "
+                             "(default: the job class's)")
+    setter.add_argument("--max-retries", type=arguments.non_negative_int, default=None,
+                        help="retries of its jobs (default: the job class's)")
+    setter.add_argument("--catch-up", default="latest", choices=["latest", "none", "all"],
+                        help="slots missed while nothing ran")
+    setter.add_argument("--catch-up-window", type=_whole_seconds, default=3600,
+                        metavar="DURATION", help="how far back missed slots count")
+    setter.add_argument("--catch-up-max", type=arguments.non_negative_int, default=10,
+                        help="most missed slots enqueued at once")
+    setter.add_argument("--overlap", default="Allow", choices=list(policies.OVERLAPS),
+                        help="when a run is still going at the next slot")
+    setter.add_argument("--suspended", action="store_true", help="create it suspended")
     setter.add_argument("--app", action="append", default=[],
                         help="module(s) to import first, so the job class's own defaults "
-                             "(queue, timeout, retries) are used")
+                             "(queue, timeout, retries) are used (default: none)")
+    setter.add_argument("--no-check", action="store_true",
+                        help="store the job path even if its module imports here and has "
+                             "no such class")
     add_json(setter)
     setter.set_defaults(handler=cmd_set)
 
@@ -252,17 +275,27 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return _suspension(args, suspend=False)
 
 
+def _importable(module_name: str) -> bool:
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def cmd_set(args: argparse.Namespace) -> int:
     try:
         data = json.loads(args.data)
     except json.JSONDecodeError as exc:
         raise errors.InvalidPayload(f"--data is not valid JSON: {exc}") from exc
     job: Any = args.job_class
-    if args.app:
-        for app in args.app:
-            importlib.import_module(app)
-        from jobwarden import definitions
+    common.import_apps(args.app)
+    from jobwarden import definitions
 
+    module_name, _ = definitions.resolve_path_syntax(args.job_class)
+    if not args.no_check and (args.app or _importable(module_name)):
+        # The job's module is here: check the class exists, as enqueue does (a typo
+        # would otherwise be stored and fail at every slot). A module that is not
+        # importable here (the code lives only in the workers) is not checked.
         job = definitions.resolve(args.job_class)
     spec = store.validate(
         args.name, cron=args.cron, interval=args.interval, timezone=args.timezone,

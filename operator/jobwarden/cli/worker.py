@@ -3,80 +3,127 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import logging
 import os
 from typing import Any
 
-from jobwarden import settings
-from jobwarden.cli import common
+from jobwarden import errors, settings
+from jobwarden.cli import arguments, common
+
+logger = logging.getLogger("jobwarden.cli")
 
 
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
 
 
-def _env_float(name: str, default: float) -> float:
-    return float(os.environ.get(name, default))
+def _env(name: str, default: str) -> str:
+    return os.environ.get(name, "").strip() or default
+
+
+def _env_duration(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return arguments.parse_duration(raw)
+    except ValueError as exc:
+        raise errors.ConfigurationError(f"{name}: {exc}") from None
+
+
+def _env_int(name: str, default: int | None) -> int | None:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.ConfigurationError(
+            f"{name} must be a whole number, not {arguments.echo(raw)}") from None
 
 
 def register(subparsers: Any) -> None:
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "worker", help="run a worker process",
-        description="Claim and run jobs until SIGTERM (then drain and exit).",
+        description="Claim and run jobs until SIGTERM (then drain and exit). Durations "
+                    "take seconds or a unit: 90s, 15m, 1h.",
     )
     parser.add_argument("--app", type=_csv, action="append", default=[],
                         help="module(s) defining jobs, comma-separated (repeatable); "
                              "default $JOBWARDEN_APPS")
     parser.add_argument("--queues", type=_csv, default=None,
                         help="queues to work, comma-separated (default: all; $JOBWARDEN_QUEUES)")
-    parser.add_argument("--concurrency", type=int,
-                        default=int(os.environ.get("JOBWARDEN_CONCURRENCY", "10")))
-    parser.add_argument("--prefetch", type=int, default=None,
-                        help="claimed-but-unstarted jobs kept ready (default: = concurrency)")
-    parser.add_argument("--host", help="host name (default: $JOBWARDEN_HOST, $POD_NAME, hostname)")
-    parser.add_argument("--pool", default=os.environ.get("JOBWARDEN_POOL", "default"))
-    parser.add_argument("--host-cap", type=int, default=None,
+    parser.add_argument("--concurrency", type=arguments.positive_int, default=None,
+                        help="jobs at once in this process (default: $JOBWARDEN_CONCURRENCY "
+                             "or 10)")
+    parser.add_argument("--prefetch", type=arguments.non_negative_int, default=None,
+                        help="claimed-but-unstarted jobs kept ready (default: automatic, "
+                             "about 0.1 s of work)")
+    parser.add_argument("--host", type=arguments.name,
+                        help="host name (default: $JOBWARDEN_HOST, $POD_NAME, hostname)")
+    parser.add_argument("--pool", type=arguments.name, default=None,
+                        help="worker pool (default: $JOBWARDEN_POOL or default)")
+    parser.add_argument("--host-cap", type=arguments.non_negative_int, default=None,
                         help="most jobs at once on this host across its processes "
                              "(default: $JOBWARDEN_HOST_CAP, else the pool's cap; 0 = none)")
-    parser.add_argument("--http-port", type=int,
-                        default=int(os.environ["JOBWARDEN_HTTP_PORT"])
-                        if os.environ.get("JOBWARDEN_HTTP_PORT") else None,
-                        help="serve /metrics, /healthz, /readyz on this port")
-    parser.add_argument("--isolation", choices=["thread", "process"],
-                        default=os.environ.get("JOBWARDEN_ISOLATION", "thread"))
-    parser.add_argument("--poll-interval", type=float,
-                        default=_env_float("JOBWARDEN_POLL_INTERVAL", 1.0))
-    parser.add_argument("--heartbeat-interval", type=float,
-                        default=_env_float("JOBWARDEN_HEARTBEAT_INTERVAL", 5.0))
-    parser.add_argument("--heartbeat-grace", type=float,
-                        default=_env_float("JOBWARDEN_HEARTBEAT_GRACE", 60.0))
-    parser.add_argument("--reap-interval", type=float,
-                        default=_env_float("JOBWARDEN_REAP_INTERVAL", 10.0))
-    parser.add_argument("--shutdown-grace", type=float,
-                        default=_env_float("JOBWARDEN_SHUTDOWN_GRACE", 30.0),
-                        help="seconds running jobs may take after SIGTERM")
-    parser.add_argument("--failure-hook", default=os.environ.get("JOBWARDEN_FAILURE_HOOK"),
-                        help="module:function called for every failed attempt")
-    parser.add_argument("--result-max-bytes", type=int, default=65536)
-    parser.add_argument("--schedule-check-seconds", type=float,
-                        default=_env_float("JOBWARDEN_SCHEDULE_CHECK_SECONDS", 15.0),
-                        help="run due schedules at most this often (0 = off)")
+    parser.add_argument("--http-port", type=arguments.port, default=None,
+                        help="serve /metrics, /healthz, /readyz on this port "
+                             "(default: $JOBWARDEN_HTTP_PORT, else no HTTP server)")
+    parser.add_argument("--isolation", choices=["thread", "process"], default=None,
+                        help="run jobs in threads or child processes "
+                             "(default: $JOBWARDEN_ISOLATION or thread)")
+    for flag, env, default, text in (
+        ("--poll-interval", "JOBWARDEN_POLL_INTERVAL", 1.0, "idle poll period"),
+        ("--heartbeat-interval", "JOBWARDEN_HEARTBEAT_INTERVAL", 5.0,
+         "how often running claims are heartbeated"),
+        ("--heartbeat-grace", "JOBWARDEN_HEARTBEAT_GRACE", 60.0,
+         "a claim without a heartbeat this long is reaped"),
+        ("--reap-interval", "JOBWARDEN_REAP_INTERVAL", 10.0, "how often this process reaps"),
+        ("--shutdown-grace", "JOBWARDEN_SHUTDOWN_GRACE", 30.0,
+         "how long running jobs may take after SIGTERM"),
+        ("--schedule-check-seconds", "JOBWARDEN_SCHEDULE_CHECK_SECONDS", 15.0,
+         "run due schedules at most this often, 0 = off"),
+    ):
+        parser.add_argument(flag, type=arguments.duration, default=None, metavar="DURATION",
+                            help=f"{text} (default: ${env} or {default:g}s)")
+    parser.add_argument("--failure-hook", default=None,
+                        help="module:function called for every failed attempt "
+                             "(default: $JOBWARDEN_FAILURE_HOOK, else none)")
+    parser.add_argument("--result-max-bytes", type=arguments.positive_int, default=65536,
+                        help="stored results larger than this are truncated")
     parser.set_defaults(handler=cmd_worker)
 
 
 def worker_settings(args: argparse.Namespace) -> settings.WorkerSettings:
+    """The flags, else their environment variables, else the defaults (docs/cli.md)."""
     apps = tuple(m for group in args.app for m in group) or _csv(
         os.environ.get("JOBWARDEN_APPS", ""))
     queues = args.queues if args.queues is not None else _csv(
         os.environ.get("JOBWARDEN_QUEUES", ""))
+
+    def seconds(flag: str, env: str, default: float) -> float:
+        given: float | None = getattr(args, flag)
+        return given if given is not None else _env_duration(env, default)
+
+    concurrency = args.concurrency or _env_int("JOBWARDEN_CONCURRENCY", 10)
+    assert concurrency is not None
     return settings.WorkerSettings(
-        queues=queues, concurrency=args.concurrency, prefetch=args.prefetch,
-        isolation=args.isolation, host=args.host or settings.default_host_name(),
-        pool=args.pool, host_cap=args.host_cap, http_port=args.http_port,
-        poll_interval=args.poll_interval,
-        heartbeat_interval=args.heartbeat_interval, heartbeat_grace=args.heartbeat_grace,
-        reap_interval=args.reap_interval, shutdown_grace=args.shutdown_grace, apps=apps,
-        failure_hook=args.failure_hook, result_max_bytes=args.result_max_bytes,
-        schedule_check_seconds=args.schedule_check_seconds,
+        queues=queues, concurrency=concurrency, prefetch=args.prefetch,
+        isolation=args.isolation or _env("JOBWARDEN_ISOLATION", "thread"),  # type: ignore[arg-type]
+        host=args.host or settings.default_host_name(),
+        pool=args.pool or _env("JOBWARDEN_POOL", "default"), host_cap=args.host_cap,
+        http_port=args.http_port if args.http_port is not None else _env_int(
+            "JOBWARDEN_HTTP_PORT", None),
+        poll_interval=seconds("poll_interval", "JOBWARDEN_POLL_INTERVAL", 1.0),
+        heartbeat_interval=seconds("heartbeat_interval", "JOBWARDEN_HEARTBEAT_INTERVAL", 5.0),
+        heartbeat_grace=seconds("heartbeat_grace", "JOBWARDEN_HEARTBEAT_GRACE", 60.0),
+        reap_interval=seconds("reap_interval", "JOBWARDEN_REAP_INTERVAL", 10.0),
+        shutdown_grace=seconds("shutdown_grace", "JOBWARDEN_SHUTDOWN_GRACE", 30.0),
+        apps=apps, failure_hook=args.failure_hook or os.environ.get("JOBWARDEN_FAILURE_HOOK"),
+        result_max_bytes=args.result_max_bytes,
+        schedule_check_seconds=seconds("schedule_check_seconds",
+                                       "JOBWARDEN_SCHEDULE_CHECK_SECONDS", 15.0),
     )
 
 
@@ -85,11 +132,28 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from jobwarden.db.database import Database
 
     config = worker_settings(args)
+    common.import_apps(config.apps)
+    if not config.apps:
+        logger.warning("no --app (or $JOBWARDEN_APPS): this worker knows no job classes up "
+                       "front; each job's module is imported from its path when it runs")
     db = Database(common.dsn(args), schema=common.schema(args), min_size=2,
                   application_name=f"jobwarden-worker:{config.host}"[:63],
                   max_size=max(4, min(config.concurrency + 4, 20)))
     try:
-        worker = build_worker(db, config)
+        db.check()
+        pending = db.pending_migrations()
+        if pending:
+            raise errors.SchemaMissing(
+                f"the Jobwarden schema {db.schema!r} is missing or behind ({len(pending)} "
+                "migration(s) pending): run `jobwarden migrate`")
+        try:
+            worker = build_worker(db, config)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise errors.ConfigurationError(
+                f"--http-port {config.http_port} is already in use on {config.http_host}: "
+                "pick another port (or stop what listens there)") from None
         return worker.run()
     finally:
         db.close()

@@ -1,0 +1,98 @@
+"""Argument types every command shares: durations, counts, names.
+
+Each is an ``argparse`` ``type=`` callable, so a bad value is refused while the
+command line is parsed -- one line, exit 2, before anything touches the
+database -- and the same rule holds for every flag that takes that kind of value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+
+#: Seconds per unit suffix of a duration.
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*")
+#: The longest value echoed back in an error message: input is not a log.
+ECHO_LIMIT = 60
+
+
+def echo(text: str) -> str:
+    """``text`` as it may appear in an error message: repr'd, and cut when long."""
+    if len(text) <= ECHO_LIMIT:
+        return repr(text)
+    return f"{text[:ECHO_LIMIT]!r}... ({len(text)} characters)"
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``1.5``, ``90s``, ``15m``, ``1h``, ``2d`` or ``250ms``.
+
+    A bare number is seconds (what every flag took before units were accepted).
+    """
+    found = _DURATION.fullmatch(text)
+    if found is None:
+        raise ValueError(f"not a duration: {echo(text)} (use seconds, or 90s, 15m, 1h, 2d)")
+    value = float(found.group(1)) * _UNITS[found.group(2) or "s"]
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite duration: {echo(text)}")
+    return value
+
+
+def duration(text: str) -> float:
+    """A non-negative duration (0 allowed: "off" or "no wait" where a flag says so)."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def positive_duration(text: str) -> float:
+    value = duration(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {echo(text)}")
+    return value
+
+
+def whole_number(text: str) -> int:
+    """``int(text)``, with an error message that does not echo long input."""
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"not a whole number: {echo(text)}") from None
+
+
+def _integer(text: str) -> int:
+    try:
+        return whole_number(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def non_negative_int(text: str) -> int:
+    value = _integer(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative: {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    value = _integer(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def port(text: str) -> int:
+    value = _integer(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
+    return value
+
+
+def name(text: str) -> str:
+    """A host, pool or queue name: not empty, not blank (blank never means "default")."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty or blank")
+    return text
+
