@@ -262,7 +262,7 @@ def test_every_flag_has_help_showing_its_default() -> None:
             if not action.option_strings or action.dest == "help":
                 continue
             text = formatter._get_help_string(action) or ""
-            if "default" not in text and not action.required:
+            if not action.help or ("default" not in text and not action.required):
                 missing.append(f"{sub.prog} {'/'.join(action.option_strings)}")
     assert missing == []
 

@@ -95,9 +95,11 @@ class HelpFormatter(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        if "default" in text or not action.option_strings or action.default in (
-                None, argparse.SUPPRESS) or isinstance(action.default, list):
+        if "default" in text or not action.option_strings or action.required \
+                or action.default is argparse.SUPPRESS:
             return text
+        if action.default is None or action.default == []:
+            return f"{text} (default: none)"
         if isinstance(action.default, bool):
             return f"{text} (default: {'on' if action.default else 'off'})"
         return f"{text} (default: %(default)s)"

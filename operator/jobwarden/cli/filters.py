@@ -12,7 +12,7 @@ from jobwarden.structs.states import JobStatus
 def add_filter_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--status", action="append", choices=[s.value for s in JobStatus],
                         help="status (repeatable)")
-    parser.add_argument("--queue")
+    parser.add_argument("--queue", help="queue name")
     parser.add_argument("--class", dest="job_class", help="exact class path")
     parser.add_argument("--class-prefix", help="class path starts with this")
     parser.add_argument("--since", metavar="TIME",
