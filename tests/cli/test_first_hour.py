@@ -206,7 +206,7 @@ def test_a_closed_pipe_ends_quietly(dsn: str) -> None:
                      "FROM generate_series(1, 2000) n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBWARDEN_")}
     proc = subprocess.Popen([JOBWARDEN, "--dsn", dsn, "jobs", "list", "--json", "--limit",
-                             "2000"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                             "1000"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout is not None and proc.stderr is not None
     assert proc.stdout.readline().strip() == b"["  # what `| head -1` reads
     proc.stdout.close()  # ... before it goes away
