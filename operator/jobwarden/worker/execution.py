@@ -89,13 +89,20 @@ class AsyncLoop:
 
     def _main(self) -> None:
         asyncio.set_event_loop(self.loop)
-        self.loop.run_forever()
+        try:
+            self.loop.run_forever()
+        finally:
+            # Stopped is not closed: the loop's selector and self-pipe stay open
+            # (a ResourceWarning per worker) until it is closed, here in its thread.
+            self.loop.close()
 
     def run(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
 
     def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5.0)
 
 
 class ThreadRunner:
