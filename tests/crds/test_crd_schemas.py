@@ -400,3 +400,82 @@ def test_the_schedule_rule_never_refuses_what_the_operator_accepts(cron: str) ->
     refused_by_rule = any("five cron fields" in e for e in errors)
     if refused_by_rule:
         assert not operator_accepts
+
+
+# --- spec.template: Kubernetes' PodTemplateSpec -----------------------------------------
+
+
+def _pool_with_template(template: dict[str, Any]) -> dict[str, Any]:
+    return with_spec("WorkerPool", template=template)
+
+
+@pytest.mark.parametrize(("template", "expected"), [
+    ({"spec": {"tolerration": []}}, "Additional properties"),
+    ({"spec": {"containers": [{"name": "worker", "imagee": "x"}]}}, "Additional properties"),
+    ({"spec": {"containers": [{"image": "x"}]}}, "'name' is a required"),
+    ({"spec": {"containers": [{"name": "w", "ports": [{"name": "p"}]}]}},
+     "'containerPort' is a required"),
+    ({"spec": {"tolerations": [{"key": "k", "tolerationSeconds": "soon"}]}}, "not of type"),
+    ({"metadata": {"labels": {"a": 1}}}, "not of type"),
+], ids=["typo-in-pod-spec", "typo-in-container", "container-without-name", "port-without-number",
+        "wrong-type", "label-not-string"])
+def test_a_bad_pod_template_is_refused(template: dict[str, Any], expected: str) -> None:
+    _, errors = admit(CRDS["WorkerPool"], _pool_with_template(template))
+    assert any(expected in e for e in errors), errors
+
+
+def test_a_realistic_pod_template_is_accepted() -> None:
+    template = {
+        "metadata": {"labels": {"team": "billing"}, "annotations": {"a": "b"}},
+        "spec": {
+            "serviceAccountName": "billing", "priorityClassName": "batch",
+            "nodeSelector": {"pool": "batch"},
+            "tolerations": [{"key": "batch", "operator": "Exists", "effect": "NoSchedule"}],
+            "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"jobwarden.io/pool": "billing"}}}}]}},
+            "initContainers": [{"name": "wait-db", "image": "busybox:1",
+                                "command": ["sh", "-c", "true"]}],
+            "containers": [
+                {"name": "worker", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"},
+                                                 "limits": {"cpu": 2, "memory": "2Gi"}},
+                 "ports": [{"name": "metrics", "containerPort": 9100}],
+                 "startupProbe": {"httpGet": {"path": "/healthz", "port": "http"}},
+                 "volumeMounts": [{"name": "cache", "mountPath": "/cache"}]},
+                {"name": "proxy", "image": "example/proxy:1",
+                 "livenessProbe": {"tcpSocket": {"port": 5432}}},
+            ],
+            "volumes": [{"name": "cache", "emptyDir": {"sizeLimit": "1Gi"}}],
+        },
+    }
+    _, errors = admit(CRDS["WorkerPool"], _pool_with_template(template))
+    assert errors == []
+    # Only metadata: the operator adds the worker container.
+    _, errors = admit(CRDS["WorkerPool"], _pool_with_template({"metadata": {}}))
+    assert errors == []
+
+
+def test_the_template_schema_is_what_the_generator_makes_from_the_kubernetes_spec() -> None:
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import crd_podtemplate
+
+    go = shutil.which("go")
+    cache = subprocess.run([go, "env", "GOMODCACHE"], capture_output=True, text=True,
+                           check=False).stdout.strip() if go else ""
+    spec = (ROOT.parent / "none") if not cache else \
+        __import__("pathlib").Path(cache) / f"k8s.io/kubernetes@{crd_podtemplate.DEFAULT_VERSION}" \
+        / crd_podtemplate.SPEC_PATH
+    if not spec.exists():
+        pytest.skip(f"k8s.io/kubernetes@{crd_podtemplate.DEFAULT_VERSION} not in the Go module "
+                    "cache (python scripts/crd_podtemplate.py downloads it)")
+    schema = crd_podtemplate.template_schema(json.loads(spec.read_text()),
+                                             crd_podtemplate.DEFAULT_VERSION)
+    for path in crd_podtemplate.CRD_FILES:
+        text = path.read_text()
+        assert crd_podtemplate.rewrite(text, schema, crd_podtemplate.DEFAULT_VERSION) == text
