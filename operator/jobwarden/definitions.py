@@ -17,7 +17,7 @@ import random
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
-from jobwarden import errors
+from jobwarden import datatypes, errors
 from jobwarden.structs.policies import OnBusy
 
 if TYPE_CHECKING:
@@ -48,6 +48,10 @@ class Job:
     #: Base and cap of the exponential retry backoff, in seconds.
     backoff_base: ClassVar[float] = 2.0
     backoff_max: ClassVar[float] = 3600.0
+    #: The type of this job's data (a dataclass, TypedDict or pydantic model), or None
+    #: for the annotation of ``perform``'s data parameter (untyped JSON without one).
+    #: Checked at enqueue; ``perform`` receives an instance (see jobwarden.datatypes).
+    data_type: ClassVar[Any] = None
 
     # Set by the worker for each attempt.
     job_id: int
@@ -56,6 +60,12 @@ class Job:
 
     def perform(self, data: Any) -> Any:
         raise NotImplementedError(f"{type(self).__name__}.perform() is not implemented")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        perform = cls.__dict__.get("perform")
+        if perform is not None and (cls.data_type is not None or _annotated(perform)):
+            cls.perform = _typed_perform(perform)  # type: ignore[method-assign]
 
     # -- lifecycle hooks (best-effort; see docs/jobs.md) ----------------------------
 
@@ -97,6 +107,64 @@ class Job:
         return class_path(cls)
 
 
+def _annotated(perform: Callable[..., Any]) -> bool:
+    params = [p for p in inspect.signature(perform).parameters.values() if p.name != "self"]
+    return bool(params) and params[0].annotation not in (inspect.Parameter.empty, "Any", Any)
+
+
+def _typed_perform(perform: Callable[..., Any]) -> Callable[..., Any]:
+    """``perform`` receiving its declared data type; stored data that no longer fits
+    is bad data (BadJobData: not retried)."""
+    if getattr(perform, "_jobwarden_typed", False):
+        return perform
+    if inspect.iscoroutinefunction(perform):
+        @functools.wraps(perform)
+        async def typed_async(self: Job, data: Any) -> Any:
+            return await perform(self, typed_data(type(self), data))
+
+        typed_async._jobwarden_typed = True  # type: ignore[attr-defined]
+        return typed_async
+
+    @functools.wraps(perform)
+    def typed(self: Job, data: Any) -> Any:
+        return perform(self, typed_data(type(self), data))
+
+    typed._jobwarden_typed = True  # type: ignore[attr-defined]
+    return typed
+
+
+_DATA_TYPES: dict[type[Job], Any] = {}
+
+
+def data_type_of(job_class: type[Job]) -> Any | None:
+    """The declared data type of a job class (None: untyped JSON); resolved once."""
+    if job_class not in _DATA_TYPES:
+        _DATA_TYPES[job_class] = None if issubclass(job_class, FunctionJob) else \
+            datatypes.declared_type(inspect.unwrap(job_class.perform), job_class.data_type)
+    return _DATA_TYPES[job_class]
+
+
+def typed_data(job_class: type[Job], data: Any) -> Any:
+    tp = data_type_of(job_class)
+    if tp is None or (isinstance(tp, type) and not datatypes.is_typeddict_type(tp)
+                      and isinstance(data, tp)):
+        return data
+    try:
+        return datatypes.decode(tp, data)
+    except Exception as exc:
+        raise errors.BadJobData(f"stored data does not fit {tp.__name__}: {exc}") from exc
+
+
+def encode_data(job_class: type[Job], data: Any) -> Any:
+    """Check ``data`` against the job's declared type or function signature and return
+    what is stored; raises InvalidJobData before anything is written."""
+    if issubclass(job_class, FunctionJob):
+        datatypes.check_call(job_class.function, data)
+        return data
+    tp = data_type_of(job_class)
+    return data if tp is None else datatypes.encode(tp, data)
+
+
 def class_path(obj: Any) -> str:
     return f"{obj.__module__}:{obj.__qualname__}"
 
@@ -116,12 +184,13 @@ class FunctionJob(Job):
 
 
 def call_with_data(function: Callable[..., Any], data: Any) -> Any:
-    if data is None:
-        return function()
-    if isinstance(data, dict):
-        return function(**data)
-    if isinstance(data, list):
-        return function(*data)
+    if data is None or isinstance(data, (dict, list)):
+        try:
+            args, kwargs = datatypes.decode_call(function, data)
+        except Exception as exc:
+            raise errors.BadJobData(f"stored data does not fit {function.__qualname__}: "
+                                    f"{exc}") from exc
+        return function(*args, **kwargs)
     raise errors.BadJobData(
         f"a function job takes an object (keyword arguments), a list or null as data, "
         f"not {type(data).__name__}"

@@ -46,6 +46,8 @@ def spec(
 ) -> JobSpec:
     """Validate one enqueue request and build its row (nothing is written)."""
     path, cls = definitions.reference(job, must_import=check)
+    if cls is not None:  # typed data and function signatures, wherever the code imports
+        data = definitions.encode_data(cls, data)
     check_payload(data)
     if run_at is not None and run_at.tzinfo is None:
         raise ValueError("run_at must be timezone-aware (e.g. datetime.now(UTC))")

@@ -134,6 +134,31 @@ def _job_path(name: str, job: JobRef) -> tuple[str, type[definitions.Job] | None
     return path, cls
 
 
+def _checked_data(name: str, job: JobRef, cls: type[definitions.Job] | None, data: Any, *,
+                  may_import: bool) -> Any:
+    """Data checked against the job's data type or signature where the code imports.
+
+    A job named by path is only checked (its data is kept as given, so hosts with
+    and without the code compute the same definition); a class or @job function is
+    also encoded (a dataclass instance becomes its JSON form).
+    """
+    target = cls
+    if isinstance(job, str):
+        if not may_import:
+            return data
+        try:
+            target = definitions.resolve(job)
+        except errors.UnknownJob:
+            return data  # the code lives only in the workers: the shape check is all
+    if target is None:
+        return data
+    try:
+        encoded = definitions.encode_data(target, data)
+    except errors.InvalidJobData as exc:
+        raise _fail(name, str(exc)) from None
+    return data if isinstance(job, str) else encoded
+
+
 def compute_spec_hash(fields: dict[str, Any]) -> str:
     """A stable hash of a definition: the same on every host, Python version and cluster."""
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -164,6 +189,8 @@ def validate(
     except ScheduleError as exc:
         raise _fail(name, str(exc)) from None
     path, cls = _job_path(name, job_class)
+    # Resources applied to the cluster never make the operator import modules they name.
+    data = _checked_data(name, job_class, cls, data, may_import=source in ("code", "cli"))
     try:
         json.dumps(data, allow_nan=False)
     except (TypeError, ValueError) as exc:
