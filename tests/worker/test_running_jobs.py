@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 import jobwarden
+from jobwarden.structs.jobs import JobSpec
 from jobwarden.worker.worker import Worker
 from tests.conftest import audit_rows
 from tests.support import testjobs
@@ -37,7 +40,11 @@ def test_function_jobs_take_their_data_as_arguments(client: jobwarden.Client,
 
 def test_function_job_with_unusable_data_fails_without_retry(
         client: jobwarden.Client, start_worker: Callable[..., Worker]) -> None:
-    job_id = client.enqueue(testjobs.add, "not an object", max_retries=3).id
+    with pytest.raises(jobwarden.InvalidJobData):  # refused at enqueue where the code imports
+        client.enqueue(testjobs.add, "not an object")
+    # ...but data enqueued elsewhere (the CLI, another service) can still be unusable.
+    job_id = client.enqueue_specs([JobSpec(job_class=testjobs.add.path(), data="not an object",
+                                           max_retries=3)])[0].id
     start_worker()
     wait_for(lambda: client.job(job_id).status.terminal)
     record = client.job(job_id)
