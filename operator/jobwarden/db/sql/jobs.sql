@@ -84,22 +84,45 @@ FROM STDIN (FORMAT BINARY);
 SELECT unique_key, id FROM {schema}.jobs WHERE unique_key = ANY(%(unique_keys)s::text[]);
 
 -- name: fragment_claim_rows
--- Shared by every claim variant: turn the rows in `picked` into processing rows
--- with a fresh token each, count the attempt, and return what the worker needs.
+-- Shared by every claim variant (it follows their `WITH picked AS (...)`): turn
+-- the rows in `picked` into processing rows with a fresh token each, count the
+-- attempt, and return what the worker needs.
 -- The token is derived from a batch id the claimant chose (fresh per claim) and
 -- the row id, so a claimant whose reply was lost can ask which rows it claimed
 -- (job_claims_of_batch) instead of guessing.
-UPDATE {schema}.jobs AS j
-SET status = 'processing', attempts = j.attempts + 1,
-    claim_token = md5(%(batch)s::text || ':' || j.id::text)::uuid,
-    claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
-    claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
-    updated_at = now()
-FROM picked WHERE j.id = picked.id
-RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
-          j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
-          greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
-          j.on_busy, j.lease_ttl_seconds
+-- Durability, decided by the claimed rows themselves: when every claimed job is
+-- idempotent the claim commits asynchronously (synchronous_commit = off for
+-- this transaction only): it does not wait for its WAL flush, which is most of
+-- an idle worker's enqueue-to-start time. A server crash can at worst forget
+-- the claim; the job is then pending again and runs again, which an idempotent
+-- job allows (at-least-once). A claim that holds a non-idempotent job commits
+-- as the server is configured (durable by default) before the worker sees it,
+-- so a crash can never return such a job to pending after it started (it would
+-- run twice): it stays processing and is reaped as interrupted.
+-- set_config(..., true) is local to the transaction; the commit reads the
+-- setting before the transaction's settings are reset, and a transaction-mode
+-- pooler never sees it leak into the next client's transaction.
+, claimed AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'processing', attempts = j.attempts + 1,
+        claim_token = md5(%(batch)s::text || ':' || j.id::text)::uuid,
+        claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
+        claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
+        updated_at = now()
+    FROM picked WHERE j.id = picked.id
+    RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
+              j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
+              greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
+              j.on_busy, j.lease_ttl_seconds
+),
+durability AS (
+    SELECT set_config('synchronous_commit',
+                      CASE WHEN bool_and(claimed.idempotent) THEN 'off'
+                           ELSE current_setting('synchronous_commit') END,
+                      true) AS setting
+    FROM claimed
+)
+SELECT claimed.* FROM claimed CROSS JOIN durability
 
 -- name: job_claim_queues
 -- The claim: pick due pending rows in priority order, skipping rows another claimant

@@ -1,0 +1,116 @@
+"""A claim's durability under a server crash, on a private server (issue 16).
+
+Claims of idempotent jobs commit asynchronously (they do not wait for their WAL
+flush); a claim that holds a non-idempotent job is durable before the worker
+sees it. The difference only shows when the server crashes between the claim's
+commit and the WAL writer's next flush, so the test makes that window as wide
+as it needs: the WAL writer is stopped (SIGSTOP) before the claim, and the
+whole server is SIGKILLed after it. Nothing else writes WAL on the private
+server meanwhile (autovacuum and the background writer are off), so an
+asynchronous commit record is still only in shared memory when the server dies.
+
+The idempotent case is the control: it shows that the setup really loses what
+was not flushed, so the non-idempotent case passing means the claim was
+durable, not that the crash happened to be gentle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from jobwarden.db.database import Database
+from jobwarden.structs.jobs import JobSpec
+from jobwarden.structs.states import JobStatus
+from tests.support.postgres import EmbeddedServer
+
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[EmbeddedServer]:
+    own = EmbeddedServer()
+    own.migrated()
+    with psycopg.connect(own.dsn, autocommit=True) as conn:
+        # Nothing but the test may write (and so flush) WAL on this server.
+        conn.execute("ALTER SYSTEM SET autovacuum = off")
+        conn.execute("ALTER SYSTEM SET bgwriter_lru_maxpages = 0")
+        conn.execute("SELECT pg_reload_conf()")
+    yield own
+    own.close()
+
+
+def _walwriter_pid(dsn: str) -> int:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pid FROM pg_stat_activity "
+                           "WHERE backend_type = 'walwriter'").fetchone()
+    assert row is not None, "no WAL writer process"
+    return int(row[0])
+
+
+def _claim_then_crash(server: EmbeddedServer, *, idempotent: bool) -> tuple[int, object]:
+    """Enqueue one job, claim it with the WAL writer stopped, SIGKILL the server.
+
+    Returns the job id and the claim token the claimant was given.
+    """
+    with Database(server.dsn, min_size=1, max_size=1) as db:
+        queue = f"idempotent-{idempotent}"  # each test its own queue on the shared server
+        job = db.jobs.insert_many([JobSpec(job_class="tests.support.testjobs:Counted",
+                                           queue=queue, idempotent=idempotent)])[0]
+        walwriter = _walwriter_pid(server.dsn)
+        os.kill(walwriter, signal.SIGSTOP)
+        try:
+            claimed = db.jobs.claim(host="h", limit=5, grace_seconds=0.5, queues=[queue])
+            assert [c.id for c in claimed] == [job.id]
+            server.crash()
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(walwriter, signal.SIGKILL)
+    server.start()  # crash recovery replays what reached the disk
+    return job.id, claimed[0].claim_token
+
+
+def test_a_claimed_non_idempotent_job_stays_claimed_across_a_crash_and_never_runs_twice(
+        server: EmbeddedServer) -> None:
+    job_id, token = _claim_then_crash(server, idempotent=False)
+    with Database(server.dsn, min_size=1, max_size=1) as db:
+        record = db.jobs.get(job_id)
+        assert record is not None
+        assert record.status is JobStatus.PROCESSING
+        assert record.attempts == 1
+        # The job may have started before the crash: nobody may claim it again.
+        assert db.jobs.claim(host="other", limit=5, grace_seconds=30,
+                             queues=["idempotent-False"]) == []
+        # Its claimant is gone (no heartbeat): the reaper ends it as interrupted.
+        deadline = time.monotonic() + 30
+        while not db.jobs.reap():
+            assert time.monotonic() < deadline, "the crashed claim was never reaped"
+            time.sleep(0.1)
+        record = db.jobs.get(job_id)
+        assert record is not None and record.status is JobStatus.INTERRUPTED
+        assert db.jobs.claim(host="other", limit=5, grace_seconds=30,
+                             queues=["idempotent-False"]) == []
+        with psycopg.connect(server.dsn) as conn:
+            row = conn.execute("SELECT claim_token FROM jobwarden.jobs WHERE id = %s",
+                               (job_id,)).fetchone()
+        assert row is not None and row[0] == token
+
+
+def test_a_claimed_idempotent_job_may_be_forgotten_by_a_crash_and_runs_again(
+        server: EmbeddedServer) -> None:
+    job_id, _token = _claim_then_crash(server, idempotent=True)
+    with Database(server.dsn, min_size=1, max_size=1) as db:
+        record = db.jobs.get(job_id)
+        assert record is not None
+        # The control: the asynchronous claim had not reached the disk.
+        assert record.status is JobStatus.PENDING
+        assert record.attempts == 0
+        again = db.jobs.claim(host="other", limit=5, grace_seconds=30,
+                              queues=["idempotent-True"])
+        assert [c.id for c in again] == [job_id]  # at least once: it runs again
