@@ -83,7 +83,7 @@ def _reset(dsn: str, due: str | None = None) -> None:
     Not timed; ends with VACUUM ANALYZE, as autovacuum would leave the tables.
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"TRUNCATE {SCHEMA}.jobs")
+        conn.execute(f"TRUNCATE {SCHEMA}.jobs CASCADE")
         for kind, back in RESET_BACK.items():
             if kind == due:
                 conn.execute(

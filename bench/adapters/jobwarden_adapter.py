@@ -61,7 +61,7 @@ class _Client:
 
     async def reset(self) -> None:
         with psycopg.connect(self._dsn, autocommit=True) as conn:
-            conn.execute(f"TRUNCATE {SCHEMA}.jobs")  # constant schema name, not input
+            conn.execute(f"TRUNCATE {SCHEMA}.jobs CASCADE")  # constant schema, not input
 
     async def unfinished(self) -> int:
         with psycopg.connect(self._dsn, autocommit=True) as conn:

@@ -229,6 +229,11 @@ class HostRegistry(Extension):
                          run=self.prune),
         )
 
+    def outcomes_written(self) -> None:
+        """A unit of the cap is free: wake this host's other processes at once."""
+        if self.cap is not None and self.registered:
+            self.db.hosts.notify_slot_freed(host=self.host)
+
     def on_stopping(self) -> None:
         self.self_drain()
 

@@ -12,9 +12,18 @@ if TYPE_CHECKING:
     from jobwarden.db.database import Database
 
 
+#: NOTIFY topic of freed slots on capped hosts (payload: the host name).
+HOSTS_TOPIC = "hosts"
+
+
 class HostsTable:
     def __init__(self, db: Database) -> None:
         self._db = db
+        self.channel = f"{db.schema}_{HOSTS_TOPIC}"
+
+    def notify_slot_freed(self, *, host: str) -> None:
+        """Wake the sibling processes of a capped host: a unit of its cap is free."""
+        self._db.execute("host_slot_freed", {"channel": self.channel, "host": host})
 
     # -- worker processes ---------------------------------------------------------
 

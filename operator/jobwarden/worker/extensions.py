@@ -20,6 +20,8 @@ The hooks, each optional (derive from :class:`Extension` for no-op defaults):
                          lease); may replace the context (lease renewal on
                          ``Job.heartbeat()``) and adjust the outcome.
 ``heartbeat(alive)``     after each batch heartbeat, with the attempts still alive.
+``outcomes_written()``   after the recorder wrote a batch of outcomes: the
+                         attempts' slots, and units of a host cap, are free.
 ``periodic_tasks()``     work the maintenance thread runs every few seconds.
 ``routes()``             HTTP routes served beside /metrics, /healthz, /readyz.
 ``on_stopping()``        a graceful stop began (self-drain).
@@ -58,6 +60,8 @@ class WorkerExtension(Protocol):
 
     def heartbeat(self, alive: Sequence[Attempt]) -> None: ...
 
+    def outcomes_written(self) -> None: ...
+
     def periodic_tasks(self) -> Sequence[PeriodicTask]: ...
 
     def routes(self) -> Mapping[str, Route]: ...
@@ -82,6 +86,9 @@ class Extension:
         return call_next(context)
 
     def heartbeat(self, alive: Sequence[Attempt]) -> None:
+        return None
+
+    def outcomes_written(self) -> None:
         return None
 
     def periodic_tasks(self) -> Sequence[PeriodicTask]:

@@ -34,9 +34,12 @@ Recorded = Callable[[Attempt, Outcome, "JobStatus | None"], None]
 class Recorder:
     def __init__(self, db: Database, *, on_recorded: Recorded,
                  backoff: Callable[[Attempt], float], result_max_bytes: int,
-                 db_state: Callable[[bool], None]) -> None:
+                 db_state: Callable[[bool], None],
+                 on_written: Callable[[], None] | None = None) -> None:
         self._db = db
         self._on_recorded = on_recorded
+        #: Called after each batch of outcomes reached the database (slots are free).
+        self._on_written = on_written
         self._backoff = backoff
         self._result_max_bytes = result_max_bytes
         self._db_state = db_state
@@ -96,6 +99,8 @@ class Recorder:
                     with self._lock:
                         self._unwritten -= done
                         self._lock.notify_all()
+                    if self._on_written is not None:
+                        self._on_written()
 
     def _write(self, backlog: list[Attempt]) -> None:
         """Write every outcome of ``backlog``, removing each one once it is recorded.

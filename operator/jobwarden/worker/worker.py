@@ -39,7 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from jobwarden import definitions, errors, metrics, reaper
-from jobwarden.db.database import Database
+from jobwarden.db.database import Database, channel_name
+from jobwarden.db.hosts import HOSTS_TOPIC
 from jobwarden.looping import PeriodicRunner
 from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
@@ -151,7 +152,8 @@ class Worker:
         self._hooks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobwarden-hooks")
         self.recorder = Recorder(db, on_recorded=self._recorded, backoff=self._backoff,
                                  result_max_bytes=settings.result_max_bytes,
-                                 db_state=self._set_db_state)
+                                 db_state=self._set_db_state,
+                                 on_written=self._outcomes_written)
         self.extensions: tuple[WorkerExtension, ...] = tuple(
             factory(self) for factory in extensions)
         #: Claims lock the host row and honour its cap (the host registry asks for it).
@@ -461,14 +463,36 @@ class Worker:
     def _maintenance_loop(self) -> None:
         PeriodicRunner(self.periodic, stop=self._stopping, db_state=self._set_db_state).run()
 
+    def _outcomes_written(self) -> None:
+        """The recorder wrote outcomes: their slots, and units of a host cap, are free.
+
+        A capped claim counts the host's running rows in the database, so it may
+        only follow the write; and a capped fetch loop that got fewer jobs than
+        it asked for (the cap, not an empty queue) would otherwise wait for its
+        next poll with a free slot. Extensions tell sibling processes.
+        """
+        if self.capped_claims:
+            self._wake.set()
+        for ext in self.extensions:
+            try:
+                ext.outcomes_written()
+            except errors.DatabaseUnavailable as exc:  # speed only: the poll still claims
+                logger.warning("after outcomes were written: %s", exc)
+            except Exception:
+                logger.exception("extension failed after outcomes were written")
+
     def _listen_loop(self) -> None:
-        listener = self.db.listener("jobs")
+        # A capped host's processes also hear each other's freed slots (payload: host).
+        topics = ("jobs", HOSTS_TOPIC) if self.capped_claims else ("jobs",)
+        hosts_channel = channel_name(self.db.schema, HOSTS_TOPIC)
+        listener = self.db.listener(*topics)
         try:
             while not self.stopping:
                 try:
                     received = listener.wait(0.0 if not self.listening.is_set() else 1.0)
                     self.listening.set()  # LISTEN is in place: NOTIFYs now wake the fetcher
-                    if received:
+                    if any(channel != hosts_channel or payload == self.host
+                           for channel, payload in received):
                         self._wake.set()
                 except errors.DatabaseUnavailable:
                     self.listening.clear()

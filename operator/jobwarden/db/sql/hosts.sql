@@ -260,3 +260,11 @@ RETURNING name;
 -- name: host_tick_release
 UPDATE {schema}.hosts SET tick_owner = NULL, tick_expires_at = NULL
 WHERE name = %(host)s AND tick_owner = %(owner)s;
+
+-- name: host_slot_freed
+-- A capped host's process wrote outcomes: a unit of the host's cap is free, so
+-- its sibling processes (LISTENing on this channel) claim at once instead of at
+-- their next poll. Speed only: the claim still judges the cap under the row
+-- lock. A NOTIFY needs a transaction id, and so a commit; nothing here needs
+-- to survive a crash, so that commit does not wait for its WAL flush.
+SELECT set_config('synchronous_commit', 'off', true), pg_notify(%(channel)s, %(host)s);
