@@ -174,10 +174,10 @@ def realkube(control_plane: ControlPlane, dsn: str, client: Client, tmp_path: Pa
         # pods terminate as on a node; then the node goes.
         for release in box.releases:
             box.helm.run("uninstall", release, "--namespace", namespace, "--wait",
-                         "--timeout", "60s", check=False)
+                         "--timeout", "30s", check=False)
         with contextlib.suppress(ApiError):
             api.delete("namespaces", namespace, None)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 30  # bounded: a stuck namespace is the test's finding
         while time.monotonic() < deadline and api.get("namespaces", namespace, None):
             time.sleep(0.3)
         kubelet.stop()
