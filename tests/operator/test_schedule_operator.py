@@ -172,3 +172,48 @@ def _manifest(text: str) -> dict[str, Any]:
     loaded["metadata"]["namespace"] = "default"
     return loaded
 
+
+
+CRON_PARITY = f"""
+apiVersion: jobwarden.io/v1alpha1
+kind: JobSchedule
+metadata: {{name: yearly}}
+spec:
+  schedule: "0 0 1 1 *"
+  successfulJobsHistoryLimit: 1
+  failedJobsHistoryLimit: 0
+  job: {{class: "{JOB}"}}
+"""
+
+
+def test_cronjob_parity_run_now_active_last_success_and_history_limits(
+        kube_api: KubeAPI, kubectl: Kubectl, client: Client,
+        start_operator: Callable[..., OperatorProcess],
+        start_worker: Callable[..., Any]) -> None:
+    start_operator(kube_api)
+    kubectl.apply(CRON_PARITY)
+    wait_for(lambda: client.schedules.get("default/yearly"), timeout=20,
+             message="the schedule row")
+
+    # run-now by annotation: one job per distinct value, shown in status.active
+    kubectl("annotate", "js", "yearly", "jobwarden.io/run-now=first")
+    obj = kube_api.wait_for("js", "yearly", timeout=20, condition=lambda o: o.get(
+        "status", {}).get("runNow", {}).get("request") == "first" and o["status"].get("active"))
+    first = obj["status"]["runNow"]["jobId"]
+    assert obj["status"]["active"] == [{"id": first, "status": "pending"}]
+    assert client.job(int(first)).unique_key == "default/yearly:run-now:first"
+    kubectl("annotate", "--overwrite", "js", "yearly", "jobwarden.io/run-now=second")
+    obj = kube_api.wait_for("js", "yearly", timeout=20, condition=lambda o: o.get(
+        "status", {}).get("runNow", {}).get("request") == "second")
+    second = obj["status"]["runNow"]["jobId"]
+    assert second != first
+    assert len(slot_jobs(client, "default/yearly")) == 2  # a repeated pass enqueued nothing more
+    assert "lastSuccessfulTime" not in obj["status"]
+
+    # both run; the history limit keeps the newest completed job only
+    start_worker()
+    obj = kube_api.wait_for("js", "yearly", timeout=30, condition=lambda o: "active" not in o.get(
+        "status", {}) and o["status"].get("lastSuccessfulTime"))
+    wait_for(lambda: [str(j.id) for j in slot_jobs(client, "default/yearly")] == [second],
+             timeout=30, message="the older completed job deleted by the history limit")
+    assert client.schedules.get("default/yearly").next_slot.month == 1  # slots untouched

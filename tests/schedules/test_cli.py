@@ -86,3 +86,28 @@ def test_bad_input_gets_a_clear_message_and_its_exit_code(dsn: str, client: Clie
              "2999-01-01T00:00:00Z", dsn=dsn)
     assert out.returncode == 7 and "future" in out.stderr
     assert [r.name for r in client.schedules.list()] == ["future"]
+
+
+def test_run_now_enqueues_one_job_outside_the_slots_and_a_request_id_only_once(
+        dsn: str, client: Client) -> None:
+    client.schedules.upsert("nightly", cron="0 3 * * *", job_class=JOB, overlap="Forbid")
+    before = client.schedules.get("nightly")
+    assert before is not None
+    first = jw("schedules", "run-now", "nightly", "--json", dsn=dsn)
+    assert first.returncode == 0, first.stderr
+    job_id = json.loads(first.stdout)["job_id"]
+    job = client.job(job_id)
+    assert job.status == "pending" and job.job_class == JOB
+    assert job.schedule_name == "nightly"
+    other = json.loads(jw("schedules", "run-now", "nightly", "--json", dsn=dsn).stdout)
+    assert other["job_id"] != job_id  # no request id: every call is a new run
+    once = json.loads(jw("schedules", "run-now", "nightly", "--request", "r1", "--json",
+                         dsn=dsn).stdout)
+    again = json.loads(jw("schedules", "run-now", "nightly", "--request", "r1", "--json",
+                          dsn=dsn).stdout)
+    assert again == {**once, "duplicate": True}
+    after = client.schedules.get("nightly")
+    assert after is not None  # the slots are untouched
+    assert (after.next_slot, after.enqueued_count) == (before.next_slot, before.enqueued_count)
+    missing = jw("schedules", "run-now", "nope", dsn=dsn)
+    assert missing.returncode != 0 and "nope" in missing.stderr

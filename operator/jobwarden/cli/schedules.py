@@ -1,4 +1,5 @@
-"""``jobwarden schedules ...``: list, show, next, enqueue-due, backfill, suspend/resume, set.
+"""``jobwarden schedules ...``: list, show, next, enqueue-due, backfill, run-now, suspend,
+resume, set.
 
 Exit codes (docs/cli.md): a schedule name that does not exist exits
 EXIT_NOT_FOUND (6); an invalid definition or range exits EXIT_INVALID_INPUT (7)
@@ -98,6 +99,16 @@ def register(subparsers: Any) -> None:
                                f"{store.DEFAULT_BACKFILL_MAX})")
     add_json(backfill)
     backfill.set_defaults(handler=cmd_backfill)
+
+    run_now = sub.add_parser(
+        "run-now", help="enqueue one run of the schedule's job now, outside its slots "
+                        "(like kubectl create job --from=cronjob/x)")
+    run_now.add_argument("name")
+    run_now.add_argument("--request", default=None, metavar="ID",
+                         help="idempotency id: the same id enqueues at most one job "
+                              "(default: none, every call enqueues one)")
+    add_json(run_now)
+    run_now.set_defaults(handler=cmd_run_now)
 
     for action, helptext in (("suspend", "stop enqueuing (until resume)"),
                              ("resume", "lift a suspension (slots passed count as missed)")):
@@ -246,6 +257,20 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     else:
         print(f"{len(done.slots)} slot(s) in range: enqueued {done.enqueued}, "
               f"already had a job {done.duplicates}")
+    return EXIT_OK
+
+
+def cmd_run_now(args: argparse.Namespace) -> int:
+    with common.client(args) as client:
+        if client.schedules.get(args.name) is None:
+            return _not_found(args.name)
+        done = client.schedules.run_now(args.name, request=args.request)
+    if args.json:
+        print_json(done.as_json())
+    elif done.duplicate:
+        print(f"run-now {args.request!r} was already enqueued as job {done.job_id}")
+    else:
+        print(f"enqueued job {done.job_id}")
     return EXIT_OK
 
 

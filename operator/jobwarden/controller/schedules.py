@@ -38,6 +38,11 @@ logger = logging.getLogger("jobwarden.controller.schedules")
 
 KIND = "JobSchedule"
 RESOURCE = ("jobwarden.io", "v1alpha1", "jobschedules")
+#: Set it (to any new value, e.g. a timestamp) to enqueue one run now; each distinct
+#: value enqueues at most one job (``status.runNow.request`` remembers the last).
+RUN_NOW_ANNOTATION = "jobwarden.io/run-now"
+#: ``status.active`` lists at most this many of the schedule's pending/running jobs.
+ACTIVE_SHOWN = 10
 
 
 def row_matches(store: Schedules, row: ScheduleRecord, desired: specs.ScheduleSpec) -> bool:
@@ -107,16 +112,58 @@ class ScheduleReconciler:
         desired_status = st.schedule_status(
             previous=previous, generation=generation,
             view=view_of(row) if row is not None else None, conditions=conditions, now=now)
+        posted: list[st.Event] = []
+        if row is not None:
+            try:
+                posted = self._cronjob_parity(body, row, desired, desired_status,
+                                              previous=previous, row_name=row_name, now=now)
+            except errors.DatabaseUnavailable as exc:
+                self.runtime.failed(KIND)
+                raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
         self._write(body, patch, previous, desired_status, action=action, row_name=row_name,
-                    describe=desired.describe())
+                    describe=desired.describe(), extra=posted)
         result = {"create": "created", "update": "updated", "none": "unchanged",
                   "conflict": "conflict"}[action]
         self.runtime.reconciled(KIND, result)
         return result
 
+    def _cronjob_parity(self, body: kopf.Body, row: ScheduleRecord,
+                        desired: specs.ScheduleSpec, status: dict[str, Any], *,
+                        previous: dict[str, Any], row_name: str,
+                        now: dt.datetime) -> list[st.Event]:
+        """What a CronJob user expects (in place on ``status``): ``active``,
+        ``lastSuccessfulTime``, the history limits, and run-now by annotation."""
+        store = self.runtime.client.schedules
+        posted: list[st.Event] = []
+        annotations = (body.get("metadata") or {}).get("annotations") or {}
+        request = annotations.get(RUN_NOW_ANNOTATION)
+        done = previous.get("runNow") or {}
+        if request and done.get("request") != str(request):
+            run = store.run_now(row_name, request=str(request))
+            status["runNow"] = {"request": str(request), "jobId": str(run.job_id),
+                                "at": st.timestamp(now)}
+            logger.info("schedule %s: run-now %r -> job %d%s", row_name, request, run.job_id,
+                        " (already enqueued)" if run.duplicate else "")
+            posted.append(st.Event(type="Normal", reason="RunNow",
+                                   message=f"run-now {request!r}: job {run.job_id}"))
+        if desired.successful_history is not None or desired.failed_history is not None:
+            trimmed = store.trim_history(row_name, successful=desired.successful_history,
+                                         failed=desired.failed_history)
+            if trimmed:
+                logger.info("schedule %s: %d finished job(s) beyond the history limits "
+                            "deleted", row_name, trimmed)
+        active = store.active_jobs(row_name, limit=ACTIVE_SHOWN)
+        status.pop("active", None)
+        if active:
+            status["active"] = [{"id": str(job_id), "status": state} for job_id, state in active]
+        status.pop("lastSuccessfulTime", None)
+        if row.last_success_at is not None:
+            status["lastSuccessfulTime"] = st.timestamp(row.last_success_at)
+        return posted
+
     def _write(self, body: kopf.Body, patch: kopf.Patch, previous: dict[str, Any],
                desired_status: dict[str, Any], *, action: st.ScheduleAction | None,
-               row_name: str, describe: str = "") -> None:
+               row_name: str, describe: str = "", extra: list[st.Event] | None = None) -> None:
         delta = st.status_patch(previous, desired_status, st.SCHEDULE_KEYS)
         for key, value in delta.items():
             patch.status[key] = value
@@ -128,7 +175,7 @@ class ScheduleReconciler:
         elif action == "update":
             posted.insert(0, st.Event(type="Normal", reason="Updated",
                                       message=f"schedule {row_name!r} updated: {describe}"))
-        events.post(body, posted)
+        events.post(body, posted + list(extra or ()))
 
     def delete(self, *, body: kopf.Body) -> None:
         meta = body.get("metadata", {})

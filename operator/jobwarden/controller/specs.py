@@ -39,7 +39,7 @@ JOB_FIELDS = ("job", "job.class", "job.data", "job.queue", "job.priority",
 #: Every path under ``spec`` the JobSchedule parser reads.
 SCHEDULE_FIELDS = ("schedule", "interval", "timeZone", *JOB_FIELDS, "catchUp",
                    "catchUpWindowSeconds", "catchUpMax", "concurrencyPolicy", "suspend",
-                   "workerPool")
+                   "workerPool", "successfulJobsHistoryLimit", "failedJobsHistoryLimit")
 #: Every path under ``spec`` the ExclusiveJob parser reads.
 EXCLUSIVE_FIELDS = (*JOB_FIELDS, "concurrencyKey", "lease", "lease.ttlSeconds", "lease.onBusy",
                     "workerPool")
@@ -189,6 +189,10 @@ class ScheduleSpec:
     overlap: Overlap
     suspended: bool
     worker_pool: str | None
+    #: CronJob's history limits: finished jobs of this schedule kept (None: all, until
+    #: the global purge). Not part of the row: retention does not change the schedule.
+    successful_history: int | None = None
+    failed_history: int | None = None
 
     def store_arguments(self) -> dict[str, Any]:
         """Keyword arguments of ``client.schedules.upsert`` (all but name and source)."""
@@ -248,6 +252,9 @@ def parse_job_schedule(spec: Mapping[str, Any] | None) -> ScheduleSpec:
         overlap=overlap,  # type: ignore[arg-type]
         suspended=reader.boolean("suspend", default=False),
         worker_pool=reader.string("workerPool"),
+        successful_history=reader.integer("successfulJobsHistoryLimit", minimum=0,
+                                          maximum=10000),
+        failed_history=reader.integer("failedJobsHistoryLimit", minimum=0, maximum=10000),
     )
 
 

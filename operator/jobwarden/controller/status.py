@@ -27,7 +27,8 @@ Phase = Literal["Pending", "Deferred", "Running", "Succeeded", "Failed", "Skippe
 ConditionStatus = Literal["True", "False", "Unknown"]
 
 #: Top-level status keys the operator owns, per kind (anything else is left alone).
-SCHEDULE_KEYS = ("observedGeneration", "lastSlot", "nextRun", "lastJob", "counts", "conditions")
+SCHEDULE_KEYS = ("observedGeneration", "lastSlot", "nextRun", "lastJob", "counts", "conditions",
+                 "active", "lastSuccessfulTime", "runNow")
 EXCLUSIVE_KEYS = ("observedGeneration", "phase", "jobId", "attempts", "lease", "deferrals",
                   "leaseLost", "result", "startedAt", "finishedAt", "conditions")
 

@@ -94,6 +94,17 @@ class SchedulesTable:
             for name, since, lag, ever, suspended in self._db.rows("schedule_health")
         ]
 
+    def active_jobs(self, name: str, *, limit: int = 10) -> list[tuple[int, str]]:
+        """(id, status) of the schedule's pending and processing jobs, newest first."""
+        return [(int(i), str(status)) for i, status in
+                self._db.rows("schedule_active_jobs", {"name": name, "limit": limit})]
+
+    def trim_history(self, name: str, *, statuses: Sequence[str], keep: int,
+                     batch: int = 500) -> int:
+        """Delete the schedule's finished jobs in ``statuses`` beyond the newest ``keep``."""
+        return self._db.execute("schedule_trim_history", {
+            "name": name, "statuses": list(statuses), "keep": keep, "batch": batch})
+
     def now(self, *, conn: Connection | None = None,
             now: datetime.datetime | None = None) -> datetime.datetime:
         """``now`` if given, else the database clock (the transaction's start on ``conn``)."""

@@ -39,6 +39,7 @@ import hashlib
 import json
 import math
 import re
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from jobwarden import definitions, errors, metrics
@@ -297,6 +298,18 @@ def passed_slots(expr: expressions.Expression, *, since: dt.datetime,
                              tolerance_seconds=0)
     newest = expr.prev_at_or_before(now)
     return plan.missed + len(plan.run), newest if newest is not None and newest > since else None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunNow:
+    """The job a run-now enqueued (or found, for a repeated request id)."""
+
+    name: str
+    job_id: int
+    duplicate: bool
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "job_id": self.job_id, "duplicate": self.duplicate}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -563,6 +576,52 @@ class Schedules:
         return Backfill(name=name, slots=slots, enqueued=len(enqueued),
                         duplicates=len(results) - len(enqueued),
                         job_ids=[r.id for r in results])
+
+    def run_now(self, name: str, *, request: str | None = None) -> RunNow:
+        """Enqueue one run of the schedule's job now, outside its slots.
+
+        The equivalent of ``kubectl create job --from=cronjob/x``: the planning
+        point, the slot counts and the overlap policy's skip/replace are untouched
+        (an explicit request is never dropped, so a Forbid/Replace run still carries
+        the schedule's lease but waits for it instead of being skipped). ``request``
+        makes it idempotent: the same request id enqueues at most one job (the
+        operator passes the value of the ``jobwarden.io/run-now`` annotation).
+        """
+        record = self._require(name)
+        now = self.db.schedules.now()
+        spec = job_spec(name=name, slot=now, job_class=record.job_class, data=record.data,
+                        queue=record.queue, priority=record.priority,
+                        timeout_seconds=record.timeout_seconds,
+                        max_retries=record.max_retries, idempotent=record.idempotent,
+                        overlap=record.overlap)
+        token = request if request is not None else uuid.uuid4().hex
+        key = f"{name}:run-now:{token}"
+        if len(key) > 200:
+            key = f"{name[:100]}:run-now:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+        spec = dataclasses.replace(spec, unique_key=key,
+                                   on_busy="defer" if spec.lease_name else spec.on_busy)
+        [result] = self.db.jobs.insert_many([spec])
+        if not result.duplicate:
+            metrics.JOBS_ENQUEUED.labels(spec.queue, spec.job_class).inc()
+        return RunNow(name=name, job_id=result.id, duplicate=result.duplicate)
+
+    def active_jobs(self, name: str, *, limit: int = 10) -> builtins.list[tuple[int, str]]:
+        """(id, status) of the schedule's pending and processing jobs, newest first."""
+        return self.db.schedules.active_jobs(name, limit=limit)
+
+    def trim_history(self, name: str, *, successful: int | None,
+                     failed: int | None) -> int:
+        """Keep the newest ``successful`` completed and ``failed`` failed/interrupted/
+        cancelled jobs of the schedule; delete older ones (None keeps all). One
+        bounded batch per status group per call; returns how many were deleted."""
+        deleted = 0
+        if successful is not None:
+            deleted += self.db.schedules.trim_history(name, statuses=["completed"],
+                                                      keep=successful)
+        if failed is not None:
+            deleted += self.db.schedules.trim_history(
+                name, statuses=["failed", "interrupted", "cancelled"], keep=failed)
+        return deleted
 
     def list(self) -> builtins.list[ScheduleRecord]:
         """Every schedule, by name."""

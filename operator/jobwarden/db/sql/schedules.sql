@@ -188,3 +188,24 @@ LEFT JOIN LATERAL (
     ORDER BY c.id DESC LIMIT 1
 ) AS ok ON true
 ORDER BY s.name;
+
+-- name: schedule_active_jobs
+-- The schedule's pending and processing jobs, newest first (status.active of a
+-- JobSchedule; jobs_schedule_idx walks the schedule's jobs newest first).
+SELECT id, status::text FROM {schema}.jobs
+WHERE schedule_name = %(name)s AND status IN ('pending', 'processing')
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: schedule_trim_history
+-- Per-schedule retention (successfulJobsHistoryLimit / failedJobsHistoryLimit):
+-- delete this schedule's finished jobs of the given statuses beyond the newest
+-- `keep`, at most `batch` per call so one pass never holds a long transaction.
+DELETE FROM {schema}.jobs
+WHERE id IN (
+    SELECT id FROM {schema}.jobs
+    WHERE schedule_name = %(name)s AND status::text = ANY(%(statuses)s::text[])
+    ORDER BY id DESC
+    OFFSET %(keep)s
+    LIMIT %(batch)s
+);
