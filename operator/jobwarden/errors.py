@@ -28,7 +28,14 @@ class UnknownJob(JobwardenError):
     """A job class path does not resolve to an importable job."""
 
 
-class InvalidPayload(JobwardenError, ValueError):
+class InvalidInput(JobwardenError, ValueError):
+    """A value the caller passed cannot be stored (a NUL, a blank name, out of range).
+
+    A ValueError too, so code that caught ValueError for bad input still does.
+    """
+
+
+class InvalidPayload(InvalidInput):
     """Job data (or a result) that cannot be stored as JSON."""
 
 

@@ -43,7 +43,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast, overload
 
-from jobwarden import errors, metrics, settings
+from jobwarden import errors, metrics, settings, textrules
 from jobwarden.db.leases import check_ttl
 from jobwarden.structs.leases import Acquisition, HeldLease
 from jobwarden.structs.policies import LockOnBusy
@@ -446,8 +446,9 @@ class LeaseGuard(Generic[T]):
             raise ValueError("slots must be at least 1")
         if wait < 0:
             raise ValueError("wait must not be negative")
-        if not name:
-            raise ValueError("a lease name must not be empty")
+        # One rule with the database's: not blank ("   " was accepted while "" was
+        # not), at most 200 characters, no NUL or lone surrogate.
+        textrules.check_name(name, "a lease name", max_length=200)
         self._db = db
         self.name = name
         self.ttl = check_ttl(ttl)

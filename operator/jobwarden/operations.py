@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from jobwarden import definitions, errors, metrics
+from jobwarden import definitions, errors, metrics, textrules
 from jobwarden.db import jobs as jobs_db
 from jobwarden.db import plans
 from jobwarden.db.database import channel_name
@@ -35,6 +35,10 @@ def check_payload(data: Any) -> None:
         json.dumps(data, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidPayload(f"job data must be JSON-serialisable: {exc}") from exc
+    try:
+        textrules.check_json_text(data)
+    except errors.InvalidInput as exc:
+        raise errors.InvalidPayload(str(exc)) from None
 
 
 def spec(
@@ -55,8 +59,14 @@ def spec(
         else float(delay or 0.0)
     if not math.isfinite(delay_seconds) or delay_seconds < 0:
         raise ValueError("delay must be a non-negative number of seconds")
-    if unique_key is not None and not unique_key.strip():
-        raise ValueError("unique_key must not be blank")
+    if unique_key is not None:
+        # Blank was refused before; NUL and lone surrogates now too (same rule).
+        textrules.check_name(unique_key, "unique_key", max_length=10_000)
+    if queue is not None:
+        # "" is refused, not silently the class's queue: the rule schedules have.
+        textrules.check_name(queue, "queue", max_length=textrules.MAX_QUEUE_LENGTH)
+    if priority is not None and not isinstance(priority, bool):
+        textrules.check_int32(int(priority), "priority")
     base: type[definitions.Job] = cls or definitions.Job
     resolved_timeout = float(timeout if timeout is not None else base.timeout)
     resolved_retries = int(max_retries if max_retries is not None else base.max_retries)

@@ -11,18 +11,12 @@ import argparse
 import math
 import re
 
+from jobwarden import textrules
+
 #: Seconds per unit suffix of a duration.
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*")
-#: The longest value echoed back in an error message: input is not a log.
-ECHO_LIMIT = 60
-
-
-def echo(text: str) -> str:
-    """``text`` as it may appear in an error message: repr'd, and cut when long."""
-    if len(text) <= ECHO_LIMIT:
-        return repr(text)
-    return f"{text[:ECHO_LIMIT]!r}... ({len(text)} characters)"
+echo = textrules.echo
 
 
 def parse_duration(text: str) -> float:

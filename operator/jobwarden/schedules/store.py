@@ -42,7 +42,7 @@ import re
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from jobwarden import definitions, errors, metrics
+from jobwarden import definitions, errors, metrics, textrules
 from jobwarden.schedules import expressions, planning
 from jobwarden.schedules.errors import ScheduleError
 from jobwarden.structs import policies
@@ -71,6 +71,8 @@ __all__ = [
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/@+-]*$")
 #: Room for ``<namespace>/<name>`` of a Kubernetes resource (63 + 1 + 253).
 MAX_NAME_LENGTH = 320
+#: The longest cron expression, interval or time zone name accepted.
+MAX_EXPRESSION_LENGTH = 256
 MAX_SOURCE_LENGTH = 64
 MAX_CATCH_UP = 1000
 _INT32 = 2**31 - 1
@@ -182,6 +184,16 @@ def validate(
     every runner enqueues identical jobs whether or not it can import the class.
     """
     name = _check_name(name)
+    # Expressions are short; a long one is refused before any message quotes it
+    # (a 10 KB string must not come back in full in an error, a log or a status).
+    for field, text in (("cron expression", cron), ("interval", interval),
+                        ("time zone", timezone)):
+        if isinstance(text, str):
+            if len(text) > MAX_EXPRESSION_LENGTH:
+                raise _fail(name, f"{field} is {len(text)} characters; at most "
+                                  f"{MAX_EXPRESSION_LENGTH} are allowed")
+            if textrules.problem(text):
+                raise _fail(name, f"{field} {textrules.problem(text)}")
     if timezone is None or not isinstance(timezone, str):
         raise _fail(name, f"time zone must be an IANA name such as 'Europe/Berlin', "
                           f"got {timezone!r}")
@@ -194,14 +206,16 @@ def validate(
     data = _checked_data(name, job_class, cls, data, may_import=source in ("code", "cli"))
     try:
         json.dumps(data, allow_nan=False)
+        textrules.check_json_text(data)
     except (TypeError, ValueError) as exc:
         raise _fail(name, f"job data must be JSON-serialisable: {exc}") from None
     if queue is None and cls is not None:
         queue = cls.queue
     if queue is not None and (not isinstance(queue, str) or not 1 <= len(queue) <= 128
-                              or queue.strip() != queue):
-        raise _fail(name, f"queue must be a non-blank name of at most 128 characters, "
-                          f"got {queue!r}")
+                              or queue.strip() != queue or textrules.problem(queue)):
+        shown = textrules.echo(queue) if isinstance(queue, str) else repr(queue)
+        raise _fail(name, f"queue must be a non-blank name of at most 128 characters "
+                          f"(no NUL, valid Unicode), got {shown}")
     if priority is None and cls is not None:
         priority = cls.priority
     if priority is not None:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import datetime as dt
 import zoneinfo
 
+from jobwarden import textrules
 from jobwarden.schedules import errors
 
 __all__ = ["UTC", "load_zone", "overlap_extent", "to_instant", "to_wall"]
@@ -40,12 +41,13 @@ def load_zone(name: str) -> dt.tzinfo:
     if name in ("UTC", "Etc/UTC"):
         return UTC
     if not name or name != name.strip():
-        raise errors.ScheduleError(f"time zone {name!r} is not an IANA zone name")
+        raise errors.ScheduleError(f"time zone {textrules.echo(name)} is not an IANA zone name")
     try:
         return zoneinfo.ZoneInfo(name)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError) as exc:
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        # OSError: a name too long to be a file name is not a zone either.
         raise errors.ScheduleError(
-            f"unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin', "
+            f"unknown time zone {textrules.echo(name)}: use an IANA name such as 'Europe/Berlin', "
             "'America/New_York' or 'UTC'"
         ) from exc
 
