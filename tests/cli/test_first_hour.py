@@ -302,3 +302,44 @@ def test_resume_of_an_unknown_host_is_an_error_on_stderr(dsn: str) -> None:
     assert out.returncode == EXIT_NOT_FOUND
     assert out.stdout == "" and "no-such-host" in one_error_line(out)
 
+
+
+# -- logs -----------------------------------------------------------------------------------
+
+
+def test_json_logs_carry_the_attempt_as_fields_and_a_utc_timestamp(dsn: str) -> None:
+    import datetime
+
+    import jobwarden
+    from tests.support import testjobs
+
+    with jobwarden.Client(dsn) as client:
+        job_id = client.enqueue(testjobs.Boom, max_retries=0, queue="loud").id
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBWARDEN_")}
+    env["JOBWARDEN_TEST_AUDIT_DSN"] = dsn
+    worker = subprocess.Popen(
+        [JOBWARDEN, "--dsn", dsn, "worker", "--app", "tests.support.testjobs", "--host",
+         "json-host", "--poll-interval", "100ms", "--log-format", "json"],
+        env=env, stderr=subprocess.PIPE, text=True)
+    assert worker.stderr is not None
+    lines: list[dict[str, object]] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not any(
+                line.get("job_id") == job_id for line in lines):
+            text = worker.stderr.readline()
+            if text:
+                lines.append(json.loads(text))  # every line is one JSON object
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.communicate(timeout=60)
+    about = [line for line in lines if line.get("job_id") == job_id]
+    assert about, lines
+    line = about[0]
+    assert (line["job_class"], line["attempt"], line["queue"], line["host"]) == (
+        "tests.support.testjobs:Boom", 1, "loud", "json-host")
+    stamp = str(line["time"])
+    assert stamp.endswith("Z")
+    parsed = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    assert parsed.utcoffset() == datetime.timedelta(0)
+    assert all(entry.get("host") == "json-host" for entry in lines)

@@ -8,6 +8,7 @@ codes (docs/cli.md) and never prints a DSN.
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import json
 import logging
@@ -16,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from jobwarden import errors
+from jobwarden import errors, logfields
 
 #: Exit codes (documented in docs/cli.md).
 EXIT_OK = 0
@@ -153,12 +154,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 class _JsonFormatter(logging.Formatter):
+    """One JSON object per line: an ISO-8601 UTC time, and the attempt's job id,
+    class, attempt, queue and host as fields (jobwarden.logfields) when there is one."""
+
     def format(self, record: logging.LogRecord) -> str:
-        payload = {"time": self.formatTime(record), "level": record.levelname,
-                   "logger": record.name, "message": record.getMessage()}
+        at = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        payload: dict[str, Any] = {
+            "time": at.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname, "logger": record.name,
+            "message": record.getMessage(), **logfields.current()}
         if record.exc_info:
             payload["exception"] = self.formatException(record.exc_info)
-        return json.dumps(payload)
+        return json.dumps(payload, default=str)
 
 
 class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]

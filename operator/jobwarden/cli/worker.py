@@ -8,7 +8,7 @@ import logging
 import os
 from typing import Any
 
-from jobwarden import errors, settings
+from jobwarden import errors, logfields, settings
 from jobwarden.cli import arguments, common
 
 logger = logging.getLogger("jobwarden.cli")
@@ -132,6 +132,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from jobwarden.db.database import Database
 
     config = worker_settings(args)
+    logfields.set_process_host(config.host)
     common.import_apps(config.apps)
     if not config.apps:
         logger.warning("no --app (or $JOBWARDEN_APPS): this worker knows no job classes up "

@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from jobwarden import definitions, errors, metrics, reaper
+from jobwarden import definitions, errors, logfields, metrics, reaper
 from jobwarden.db.database import Database, channel_name
 from jobwarden.db.hosts import HOSTS_TOPIC
 from jobwarden.looping import PeriodicRunner
@@ -403,8 +403,15 @@ class Worker:
         """Run one claimed attempt in the calling thread and submit its outcome.
 
         The slot threads call it; so does a tick (``tick.py``), which claims
-        through the same registry and wants exactly the same semantics.
+        through the same registry and wants exactly the same semantics. Every log
+        line written meanwhile carries the attempt's fields (logfields).
         """
+        claim = attempt.claim
+        with logfields.attempt(job_id=claim.id, job_class=claim.job_class,
+                               attempt=claim.attempt, queue=claim.queue, host=self.host):
+            self._execute(attempt)
+
+    def _execute(self, attempt: Attempt) -> None:
         claim = attempt.claim
         if attempt.fenced:
             return self._submit(attempt, Failed(error="claim lost before start", reason="error"))
@@ -513,6 +520,13 @@ class Worker:
         return reaper.reap(self.db)
 
     def _recorded(self, attempt: Attempt, outcome: Outcome, status: JobStatus | None) -> None:
+        claim = attempt.claim
+        with logfields.attempt(job_id=claim.id, job_class=claim.job_class,
+                               attempt=claim.attempt, queue=claim.queue, host=self.host):
+            self._record_outcome(attempt, outcome, status)
+
+    def _record_outcome(self, attempt: Attempt, outcome: Outcome,
+                        status: JobStatus | None) -> None:
         claim = attempt.claim
         with self._active_lock:
             self._active.pop(claim.id, None)
