@@ -39,6 +39,10 @@ class Job:
     max_retries: ClassVar[int] = 3
     #: False: if the worker dies mid-run, the job becomes ``interrupted``, never re-run.
     idempotent: ClassVar[bool] = True
+    #: True: every effect commits with ``complete_in_transaction`` (one transaction in
+    #: the job's database), so a crash before that commit left nothing behind and the
+    #: job is re-run after a crash even when ``idempotent = False`` (stored as such).
+    transactional: ClassVar[bool] = False
     #: One run of this class at a time, cluster-wide (lease ``job:<class path>``).
     exclusive: ClassVar[bool] = False
     #: A static concurrency key (lease ``key:<key>``); implies exclusive.
@@ -91,6 +95,23 @@ class Job:
         """
         if self._context is not None:
             self._context.heartbeat()
+
+    def complete_in_transaction(self, conn: Any, result: Any = None) -> None:
+        """Record this attempt as completed inside ``conn``'s open transaction.
+
+        The exactly-once pattern for effects in the same database (River's
+        ``JobCompleteTx``): write the effects and call this in one transaction. The
+        completion is fenced on this attempt's claim: if the claim was taken over,
+        JobFenced is raised (let it roll the transaction back: nothing is applied);
+        once the transaction commits, the job is completed with ``result`` and is
+        never run again, even if this worker dies a moment later. ``conn`` is a
+        psycopg connection or transaction, a SQLAlchemy session or Django's
+        connection. The value ``perform`` returns afterwards is not stored.
+        """
+        if self._context is None:
+            raise errors.ConfigurationError(
+                "complete_in_transaction() only works inside a worker's attempt")
+        self._context.complete_in(conn, result)
 
     def concurrency_key_for(self, data: Any) -> str | None:
         """Override to derive a concurrency key from the data (wins over the static key)."""

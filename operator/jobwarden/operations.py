@@ -83,7 +83,8 @@ def spec(
         delay_seconds=delay_seconds,
         max_retries=resolved_retries,
         timeout_seconds=resolved_timeout,
-        idempotent=bool(idempotent if idempotent is not None else base.idempotent),
+        idempotent=bool(idempotent if idempotent is not None
+                        else base.idempotent or base.transactional),
         unique_key=unique_key,
     )
 

@@ -156,6 +156,15 @@ class JobsTable:
         })
         return {r[0] for r in rows}
 
+    def complete_in(self, conn: Any, *, job_id: int, claim_token: uuid.UUID,
+                    result: Any) -> bool:
+        """Complete a claim on the caller's connection, inside its transaction; False
+        when fenced (the claim was taken over: the caller must roll back)."""
+        return plans.run(self._db, complete_tx_plan(job_id=job_id, claim_token=claim_token,
+                                                    result=result,
+                                                    done_channel=self.done_channel),
+                         plans.caller_connection(conn))
+
     def fail(self, failure: Failure) -> JobStatus | None:
         """Record a failed attempt; returns the new status, or None when fenced."""
         found = self._db.row("job_fail", {
@@ -451,3 +460,12 @@ def purge_plan(*, statuses: Sequence[JobStatus], older_than_seconds: float,
 def stats_plan() -> plans.Plan[list[QueueStat]]:
     found = yield from plans.rows("job_stats")
     return [QueueStat(queue=q, status=JobStatus(s), count=n) for q, s, n in found]
+
+
+def complete_tx_plan(*, job_id: int, claim_token: uuid.UUID, result: Any,
+                     done_channel: str) -> plans.Plan[bool]:
+    found = yield from plans.rows("job_complete_tx", {
+        "id": job_id, "token": claim_token, "result": Jsonb(result),
+        "done_channel": done_channel,
+    })
+    return bool(found)

@@ -13,12 +13,15 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobwarden import errors
 from jobwarden.definitions import Job
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.policies import FailureReason, ReleaseReason
+
+if TYPE_CHECKING:
+    from jobwarden.db.database import Database
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -98,9 +101,32 @@ class AttemptContext:
     """
 
     def __init__(self, attempt: Attempt,
-                 beat: Callable[[Attempt], tuple[bool, bool]]) -> None:
+                 beat: Callable[[Attempt], tuple[bool, bool]], *,
+                 db: Database | None = None, result_max_bytes: int = 65536) -> None:
         self.attempt = attempt
         self._beat = beat
+        self._db = db
+        self._result_max_bytes = result_max_bytes
+
+    def complete_in(self, conn: Any, result: Any) -> None:
+        """The fenced completion of this claim inside the caller's transaction.
+
+        Raises JobFenced when the claim was taken over (raised inside the
+        transaction, it rolls the job's effects back). When the transaction
+        commits, the worker's own completion of the attempt later finds the row
+        completed under this claim's token and records it as done, not fenced.
+        """
+        if self._db is None:
+            raise errors.ConfigurationError(
+                "complete_in_transaction needs the worker's database (not available here)")
+        from jobwarden.worker.recorder import cap_result
+
+        claim = self.attempt.claim
+        if not self._db.jobs.complete_in(conn, job_id=claim.id, claim_token=claim.claim_token,
+                                         result=cap_result(result, self._result_max_bytes)):
+            self.attempt.fenced = True
+            raise errors.JobFenced(
+                f"job {claim.id} attempt {claim.attempt} lost its claim: not completed")
 
     def heartbeat(self) -> None:
         attempt = self.attempt

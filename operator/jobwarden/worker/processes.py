@@ -65,7 +65,7 @@ def _child_main(conn: multiprocessing.connection.Connection, apps: list[str],
                 from jobwarden.db.database import Database
 
                 db = Database(dsn, schema=schema, min_size=0, max_size=1)
-            context = AttemptContext(attempt, _ChildContext(db, attempt, grace).beat) \
+            context = AttemptContext(attempt, _ChildContext(db, attempt, grace).beat, db=db) \
                 if db is not None else None
             instance = prepare(job_class, attempt, context)
             if definitions.is_async(job_class):

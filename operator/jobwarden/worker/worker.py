@@ -439,7 +439,9 @@ class Worker:
         call: CallNext = perform
         for ext in reversed(self.extensions):
             call = _link(ext, attempt, job_class, call)
-        self._submit(attempt, call(AttemptContext(attempt, self.heartbeater.one)))
+        context = AttemptContext(attempt, self.heartbeater.one, db=self.db,
+                                 result_max_bytes=self.settings.result_max_bytes)
+        self._submit(attempt, call(context))
 
     def _submit(self, attempt: Attempt, outcome: Outcome) -> None:
         if attempt.settle(outcome):

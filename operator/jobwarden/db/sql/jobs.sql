@@ -200,6 +200,24 @@ done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
 {fragment_notify_done}
 SELECT ended.id FROM ended, notified;
 
+-- name: job_complete_tx
+-- A job completing itself inside its own transaction (Job.complete_in_transaction):
+-- fenced like every outcome write, run on the job's connection, so the completion
+-- commits with the job's effects or not at all. Locking the row here also keeps
+-- a reaper (SKIP LOCKED) away until that transaction ends.
+WITH ended AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'completed', result = %(result)s, finished_at = now(),
+        claim_expires_at = NULL, updated_at = now()
+    WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'processing'
+    RETURNING j.id, j.attempts, j.claimed_at, j.claimed_by, 'completed'::text AS outcome,
+              j.status::text AS status_after, NULL::text AS error
+),
+recorded AS ({fragment_attempt_record}),
+done AS (SELECT id FROM ended),
+{fragment_notify_done}
+SELECT ended.id FROM ended, notified;
+
 -- name: job_fail
 -- One failed attempt, fenced. The new state is decided here, from the row:
 -- a cancel request ends in cancelled, a non-retryable error or exhausted attempts
