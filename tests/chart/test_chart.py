@@ -308,3 +308,81 @@ def test_the_default_pool_takes_scheduling_knobs() -> None:
     assert template["spec"]["priorityClassName"] == "low"
     assert template["metadata"]["annotations"] == {
         "cluster-autoscaler.kubernetes.io/safe-to-evict": "false"}
+
+
+# --- chart knobs (prometheus-community practice) ----------------------------------------
+
+
+def test_namespace_override_moves_every_namespaced_resource() -> None:
+    docs = manifests({"namespaceOverride": "jobwarden-system", "database": {"dsn": "x"},
+                      "workerPool": {"enabled": True}, "tick": {"enabled": True},
+                      "metrics": {"serviceMonitor": {"enabled": True}}})
+    namespaces = {d["metadata"]["namespace"] for d in docs if "namespace" in d["metadata"]}
+    assert namespaces == {"jobwarden-system"}
+    (binding,) = by_kind(docs, "ClusterRoleBinding")
+    assert binding["subjects"][0]["namespace"] == "jobwarden-system"
+
+
+def test_operator_knobs_reach_the_deployment() -> None:
+    mount = {"name": "ca", "mountPath": "/etc/ca", "readOnly": True}
+    sidecar = {"name": "proxy", "image": "example/proxy:1"}
+    (deployment,) = by_kind(manifests({"operator": {
+        "revisionHistoryLimit": 5, "extraVolumes": [{"name": "ca", "configMap": {"name": "ca"}}],
+        "extraVolumeMounts": [mount], "extraContainers": [sidecar],
+        "initContainers": [{"name": "wait", "image": "busybox:1"}]},
+        "image": {"registry": "mirror.example/", "repository": "jobwarden/jobwarden",
+                  "tag": "1.2.3"}}), "Deployment")
+    spec = deployment["spec"]
+    assert spec["revisionHistoryLimit"] == 5
+    pod = spec["template"]["spec"]
+    operator, proxy = pod["containers"]
+    assert operator["image"] == "mirror.example/jobwarden/jobwarden:1.2.3"
+    assert mount in operator["volumeMounts"] and proxy == sidecar
+    assert {"name": "ca", "configMap": {"name": "ca"}} in pod["volumes"]
+    assert pod["initContainers"][0]["name"] == "wait"
+    # Migrations run before /healthz answers: a startup probe, then a strict liveness probe.
+    assert operator["startupProbe"]["httpGet"]["path"] == "/healthz"
+    startup = operator["startupProbe"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
+
+
+def test_monitors_and_rules_can_live_in_prometheus_s_namespace_with_a_job_label() -> None:
+    values = {"metrics": {"serviceMonitor": {"enabled": True, "namespace": "monitoring",
+                                             "jobLabel": "app.kubernetes.io/name"}},
+              "prometheusRule": {"enabled": True, "namespace": "monitoring"}}
+    docs = manifests(values)
+    (monitor,) = by_kind(docs, "ServiceMonitor")
+    (rule,) = by_kind(docs, "PrometheusRule")
+    assert monitor["metadata"]["namespace"] == rule["metadata"]["namespace"] == "monitoring"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"
+    alerts = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert 'job="jobwarden"' in alerts["JobwardenOperatorDown"]["expr"]
+    with pytest.raises(Exception, match="not a label of the operator Service"):
+        render({**values, "metrics": {"serviceMonitor": {"enabled": True, "jobLabel": "nope"}},
+                "prometheusRule": {"enabled": True}})
+
+
+def test_network_policy_admits_only_the_http_port() -> None:
+    assert not by_kind(manifests(None), "NetworkPolicy")
+    peer = {"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}
+    (policy,) = by_kind(manifests({"networkPolicy": {"enabled": True, "allowFrom": [peer]}}),
+                        "NetworkPolicy")
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}] and rule["from"] == [peer]
+    (deployment,) = by_kind(manifests(None), "Deployment")
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= \
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_helm_test_checks_the_operator_and_the_database() -> None:
+    (pod,) = [d for d in by_kind(manifests(None), "Pod")
+              if d["metadata"]["annotations"].get("helm.sh/hook") == "test"]
+    script = pod["spec"]["containers"][0]["command"][-1]
+    assert "jw-jobwarden-operator.jobs.svc:8080" in script
+    assert "/readyz" in script and '"jobwarden", "status"' in script
+    env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+    assert env["JOBWARDEN_DSN_FILE"].endswith("/dsn")
+    assert not by_kind(manifests({"tests": {"enabled": False}}), "Pod")
+

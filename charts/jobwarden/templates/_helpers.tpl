@@ -69,10 +69,14 @@ app.kubernetes.io/component: worker
 {{- end }}
 
 {{- define "jobwarden.image" -}}
+{{- $repository := .Values.image.repository }}
+{{- with .Values.image.registry }}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository }}
+{{- end }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 {{- end }}
 
@@ -94,8 +98,26 @@ app.kubernetes.io/component: worker
 {{- if not .Values.operator.watchNamespaces }}true{{- end }}
 {{- end }}
 
+{{- /*
+The job label of the operator's series: prometheusRule.operatorJob, else what the
+chart's ServiceMonitor produces -- the value of the operator Service's jobLabel
+label when metrics.serviceMonitor.jobLabel is set, else the Service's name.
+*/}}
 {{- define "jobwarden.operatorJob" -}}
-{{- default (include "jobwarden.operatorName" .) .Values.prometheusRule.operatorJob }}
+{{- if .Values.prometheusRule.operatorJob }}
+{{- .Values.prometheusRule.operatorJob }}
+{{- else if .Values.metrics.serviceMonitor.jobLabel }}
+{{- $labels := include "jobwarden.labels" . | fromYaml }}
+{{- $_ := set $labels "app.kubernetes.io/component" "operator" }}
+{{- $_ := set $labels "jobwarden.io/metrics" "true" }}
+{{- $value := index $labels .Values.metrics.serviceMonitor.jobLabel }}
+{{- if not $value }}
+{{- fail (printf "metrics.serviceMonitor.jobLabel %q is not a label of the operator Service (%s)" .Values.metrics.serviceMonitor.jobLabel (keys $labels | sortAlpha | join ", ")) }}
+{{- end }}
+{{- $value }}
+{{- else }}
+{{- include "jobwarden.operatorName" . }}
+{{- end }}
 {{- end }}
 
 {{/* Rules the operator needs in every namespace it watches. */}}
@@ -142,4 +164,9 @@ its current value is what happened inside the window. Called with
 {{- define "jobwarden.recentIncrease" -}}
 {{- $m := index . 0 }}{{- $w := index . 1 -}}
 ({{ $m }} unless {{ $m }} offset {{ $w }}) or increase({{ $m }}[{{ $w }}])
+{{- end }}
+
+{{/* The namespace every namespaced resource goes to: namespaceOverride, else the release's. */}}
+{{- define "jobwarden.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" }}
 {{- end }}
