@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 import uuid
 
 import psycopg
+import pytest
 
 import jobwarden
 from jobwarden.db.database import Database
@@ -33,11 +35,22 @@ def test_each_claim_gets_a_fresh_token_and_counts_the_attempt(client: jobwarden.
     assert second.claim_token != first.claim_token
 
 
-def test_claims_follow_priority_then_run_at(client: jobwarden.Client, db: Database) -> None:
-    low = client.enqueue(testjobs.Record, priority=0).id
-    high = client.enqueue(testjobs.Record, priority=10).id
-    low2 = client.enqueue(testjobs.Record, priority=0).id
-    assert [c.id for c in db.jobs.claim(host="h", limit=3, grace_seconds=30)] == [high, low, low2]
+@pytest.mark.parametrize("capped", [True, False], ids=["capped (workers)", "uncapped"])
+def test_claims_follow_priority_then_run_at(client: jobwarden.Client, db: Database,
+                                            capped: bool) -> None:
+    if capped:  # the path every worker takes: through the host registry
+        db.hosts.register(host="h", pool="default", code_version="", cap=None,
+                          worker_id=uuid.uuid4(), pid=1, concurrency=10, queues=())
+    now = db.now()
+    low_new = client.enqueue(testjobs.Record, priority=0, run_at=now).id
+    high = client.enqueue(testjobs.Record, priority=10, run_at=now).id
+    # A later id with an earlier run_at: run_at order and id order disagree.
+    low_old = client.enqueue(testjobs.Record, priority=0,
+                             run_at=now - datetime.timedelta(minutes=5)).id
+    low_older = client.enqueue(testjobs.Record, priority=0,
+                               run_at=now - datetime.timedelta(minutes=10)).id
+    claimed = db.jobs.claim(host="h", limit=4, grace_seconds=30, host_cap=capped)
+    assert [c.id for c in claimed] == [high, low_older, low_old, low_new]
 
 
 def test_claims_only_take_the_requested_queues(client: jobwarden.Client, db: Database) -> None:

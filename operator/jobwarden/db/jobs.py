@@ -77,6 +77,16 @@ def _claimed(row: Row) -> ClaimedJob:
     )
 
 
+def _in_claim_order(claimed: list[ClaimedJob]) -> list[ClaimedJob]:
+    """The order the claim picked them in: priority, then run_at (oldest first), then id.
+
+    UPDATE ... RETURNING does not keep the picking order. ``queue_wait_seconds``
+    is ``now() - run_at`` with one ``now()`` for the whole statement, so a
+    longer wait is an earlier run_at.
+    """
+    return sorted(claimed, key=lambda c: (-c.priority, -c.queue_wait_seconds, c.id))
+
+
 class JobsTable:
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -121,18 +131,14 @@ class JobsTable:
             rows = self._db.rows("job_claim_queues", {**params, "queues": list(queues)})
         else:
             rows = self._db.rows("job_claim_any", params)
-        claimed = [_claimed(r) for r in rows]
-        claimed.sort(key=lambda c: (-c.priority, c.id))
-        return claimed
+        return _in_claim_order([_claimed(r) for r in rows])
 
     def claims_of_batch(self, *, host: str, batch: uuid.UUID,
                         grace_seconds: float) -> list[ClaimedJob]:
         """The jobs the claim ``batch`` took and still holds (heartbeated now)."""
         rows = self._db.rows("job_claims_of_batch", {"host": host, "batch": batch,
                                                      "grace": grace_seconds})
-        claimed = [_claimed(r) for r in rows]
-        claimed.sort(key=lambda c: (-c.priority, c.id))
-        return claimed
+        return _in_claim_order([_claimed(r) for r in rows])
 
     def claim_outcomes(self, claims: Sequence[tuple[int, uuid.UUID]]
                        ) -> dict[int, tuple[JobStatus, str | None]]:
