@@ -343,3 +343,17 @@ def test_json_logs_carry_the_attempt_as_fields_and_a_utc_timestamp(dsn: str) -> 
     parsed = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
     assert parsed.utcoffset() == datetime.timedelta(0)
     assert all(entry.get("host") == "json-host" for entry in lines)
+
+
+def test_status_shows_delayed_jobs_as_scheduled_not_pending(dsn: str) -> None:
+    for delay in ("0", "1h", "1h"):
+        assert run("enqueue", "tests.support.testjobs:Record", "--no-check", "--queue", "q",
+                   "--delay", delay, dsn=dsn).returncode == 0
+    out = run("status", "--json", dsn=dsn)
+    assert out.returncode == 0, out.stderr
+    counts = json.loads(out.stdout)["queues"]["q"]
+    assert (counts["pending"], counts["scheduled"]) == (1, 2)
+    table = run("status", dsn=dsn).stdout.splitlines()
+    header = table[0].split()
+    row = next(line.split() for line in table if line.startswith("q "))
+    assert (row[header.index("PENDING")], row[header.index("SCHEDULED")]) == ("1", "2")

@@ -234,12 +234,22 @@ def cmd_purge(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from jobwarden.cli import hosts as hosts_cli
 
+    from jobwarden.db import jobs as jobs_db
+    from jobwarden.db import plans
+
     with common.client(args) as client:
         stats = client.stats()
+        # "pending" is what is due now; "scheduled" is pending but not yet due
+        # (delayed, backing off before a retry, or a future run_at).
+        scheduled = plans.run(client.db, jobs_db.scheduled_counts_plan())
+        for queue, counts in stats.items():
+            counts["scheduled"] = scheduled.get(queue, 0)
+            counts["pending"] -= counts["scheduled"]
         if args.json:
             print_json({"queues": stats, "hosts": hosts_cli.hosts_json(client)})
             return EXIT_OK
-        statuses = [s.value for s in JobStatus]
+        statuses = ["pending", "scheduled", *[s.value for s in JobStatus
+                                              if s is not JobStatus.PENDING]]
         rows = [[queue, *[counts[s] for s in statuses]]
                 for queue, counts in sorted(stats.items())]
         print_table(["QUEUE", *[s.upper() for s in statuses]], rows)

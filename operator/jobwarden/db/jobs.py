@@ -463,6 +463,12 @@ def purge_plan(*, statuses: Sequence[JobStatus], older_than_seconds: float,
             return total
 
 
+def scheduled_counts_plan() -> plans.Plan[dict[str, int]]:
+    """Pending jobs not due yet, per queue (only queues that have some)."""
+    found = yield from plans.rows("job_scheduled_counts")
+    return {str(q): int(n) for q, n in found}
+
+
 def stats_plan() -> plans.Plan[list[QueueStat]]:
     found = yield from plans.rows("job_stats")
     return [QueueStat(queue=q, status=JobStatus(s), count=n) for q, s, n in found]

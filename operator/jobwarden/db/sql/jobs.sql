@@ -391,6 +391,13 @@ WHERE id IN (
 -- name: job_stats
 SELECT queue, status::text, count(*) FROM {schema}.jobs GROUP BY queue, status ORDER BY queue, status;
 
+-- name: job_scheduled_counts
+-- Pending jobs that are not due yet (a delay, a retry backoff, a future run_at),
+-- per queue: `jobwarden status` shows them apart from the pending jobs that are due.
+SELECT queue, count(*) FROM {schema}.jobs
+WHERE status = 'pending' AND run_at > now()
+GROUP BY queue ORDER BY queue;
+
 -- name: db_now
 SELECT now();
 
