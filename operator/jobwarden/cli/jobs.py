@@ -233,7 +233,6 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from jobwarden.cli import hosts as hosts_cli
-
     from jobwarden.db import jobs as jobs_db
     from jobwarden.db import plans
 
