@@ -5,9 +5,11 @@ non-idempotent) while the test terminates every worker connection twice,
 restarts the server (``pg_ctl restart -m fast``) and then SIGKILLs the
 postmaster and starts it again on the same data. A lease holder renews a 12 s
 lease every second throughout. Checks: every job ends in exactly one terminal
-state (completed), none started twice, the lease holder was never told it lost
-a lease it still held, and claims resume promptly after each outage (the figure
-is printed; the assertion only catches the multi-second stall of defect 1).
+state (completed), no non-idempotent job started twice (idempotent claims
+commit asynchronously, so the crash may re-run one of those, after it), the
+lease holder was never told it lost a lease it still held, and claims resume
+promptly after each outage (the figure is printed; the assertion only catches
+the multi-second stall of defect 1).
 """
 
 from __future__ import annotations
@@ -134,6 +136,7 @@ def test_restart_and_crash_under_load_lose_and_double_nothing(
         recovery.append(("restart", _first_claim_after(dsn, back, 60)))
         at(0.65)
         server.crash()
+        chaosjobs.mark_crash(runs)
         crashed = time.monotonic()
         # Fault injection, not a wait for a state: the server stays down a while, as
         # in the reported run (a 12 s lease renewed every second lapsed after 5 s).
@@ -152,7 +155,8 @@ def test_restart_and_crash_under_load_lose_and_double_nothing(
         released = holder.lease.release()
     started = chaosjobs.starts(runs)
     lost = [i for i in every if statuses.get(i) is not JobStatus.COMPLETED]
-    doubled = sorted({i for i in started if started.count(i) > 1})
+    doubled = sorted({i for i in started
+                      if i != chaosjobs.CRASH_MARK and started.count(i) > 1})
     doubled_once = [i for i in doubled if i in set(once)]
     print(f"\nserver faults: {JOBS} jobs ({len(once)} non-idempotent), 3 workers never "
           f"restarted; faults: {'; '.join(faults)}")
@@ -162,7 +166,10 @@ def test_restart_and_crash_under_load_lose_and_double_nothing(
           f"lease renewals ok={holder.renewed} unavailable={holder.unavailable} "
           f"lost={len(holder.lost)}")
     assert lost == [], f"{len(lost)} jobs not completed: {lost[:10]}"
-    assert doubled_once == [] and doubled == []
-    assert sorted(set(started)) == sorted(every)
+    # A non-idempotent job never starts twice. An idempotent one may, after the
+    # crash only: claims holding only idempotent jobs commit asynchronously
+    # (at-least-once, jobs.sql fragment_claim_rows), so a crash can forget one.
+    assert doubled_once == [] and chaosjobs.crash_doubles(started) == []
+    assert sorted(set(started) - {chaosjobs.CRASH_MARK}) == sorted(every)
     assert holder.lost == [] and still_ours and released is True
     assert all(seconds < RESUME_BOUND for _, seconds in recovery), recovery

@@ -40,6 +40,32 @@ class StepOnce(Step):
     idempotent = False
 
 
+#: The job id a test writes into the runs file to mark when it crashed the server.
+CRASH_MARK = 0
+
+
+def mark_crash(path: str) -> None:
+    """Append the crash mark: starts after it happened after the crash."""
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(f"{CRASH_MARK} 0\n")
+
+
+def crash_doubles(started: list[int]) -> list[int]:
+    """Jobs started twice where the second start does not follow the crash mark.
+
+    An idempotent job whose claim (committed asynchronously) the crash forgot
+    runs again after the server is back (the mark is written once the server
+    is dead, before it starts again); any other double is a defect.
+    """
+    mark = started.index(CRASH_MARK) if CRASH_MARK in started else -1
+    bad = []
+    for job in sorted({i for i in started if i != CRASH_MARK and started.count(i) > 1}):
+        where = [n for n, i in enumerate(started) if i == job]
+        if len(where) != 2 or not mark < where[1]:
+            bad.append(job)
+    return bad
+
+
 def starts(path: str) -> list[int]:
     """Job ids, one per recorded start."""
     try:
