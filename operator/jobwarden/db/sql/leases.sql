@@ -122,6 +122,11 @@ RETURNING l.name, l.slot, l.token;
 -- is made due now and the workers of its queue are woken: a hand-over instead of
 -- waiting out the defer delay, one job at a time so a crowd of deferred jobs on
 -- one key does not stampede. The others still come back at their own run_at.
+-- The commit does not wait for its WAL flush (synchronous_commit off for this
+-- transaction only): a release a crash forgets leaves the lease to expire at
+-- its ttl, which every holder's crash already does, and the token stays.
+-- Acquisitions stay durable: the token they hand out must never be handed
+-- out again after a crash.
 WITH released AS (
     UPDATE {schema}.leases
     SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
@@ -145,7 +150,8 @@ woken AS (
 SELECT (SELECT count(*) FROM released),
        (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, name) FROM released
                               WHERE waiting_until > now()) AS n),
-       (SELECT count(*) FROM (SELECT pg_notify(%(jobs_channel)s, queue) FROM woken) AS w);
+       (SELECT count(*) FROM (SELECT pg_notify(%(jobs_channel)s, queue) FROM woken) AS w),
+       set_config('synchronous_commit', 'off', true) IS NOT NULL;
 
 -- name: lease_mark_waiting
 -- A caller is about to block in wait() on this name until `seconds` from now:
