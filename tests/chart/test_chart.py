@@ -178,6 +178,8 @@ OPERATOR_RULES = {
     ("jobwarden.io", "workerpools/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "events"): {"create", "patch"},
+    # a WorkerPool's optional PodDisruptionBudget (spec.podDisruptionBudget)
+    ("policy", "poddisruptionbudgets"): {"get", "create", "patch", "delete"},
     ("", "secrets"): {"get"},
     ("apiextensions.k8s.io", "customresourcedefinitions"): {"get", "list", "watch"},
     ("", "namespaces"): {"list", "watch"},

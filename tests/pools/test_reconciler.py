@@ -10,6 +10,7 @@ import kopf
 import pytest
 
 from jobwarden.controller import events, pools, pools_spec
+from jobwarden.controller.specs import SpecError
 from jobwarden.structs.hosts import HostStatus
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -24,6 +25,23 @@ class FakePods:
         self.secrets: dict[str, Any] = {"db": frozenset({"dsn"})}
         #: When set, create() raises it (an admission webhook, a quota).
         self.refuse: Exception | None = None
+        self.budgets: dict[str, dict[str, Any]] = {}
+        self.budget_reads = 0
+
+    def pdb(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.budget_reads += 1
+        return self.budgets.get(name)
+
+    def put_pdb(self, namespace: str, manifest: dict[str, Any], *, exists: bool) -> None:
+        name = manifest["metadata"]["name"]
+        assert exists == (name in self.budgets)
+        self.log.append(("patch-pdb" if exists else "create-pdb", name))
+        spec = {k: v for k, v in manifest["spec"].items() if v is not None}
+        self.budgets[name] = {**manifest, "spec": spec}
+
+    def delete_pdb(self, namespace: str, name: str) -> None:
+        self.log.append(("delete-pdb", name))
+        self.budgets.pop(name, None)
 
     def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
         found = self.secrets.get(name)
@@ -170,3 +188,47 @@ def test_a_refused_pod_create_is_a_condition_and_an_event_until_a_create_succeed
     failure = _conditions(again)["ReplicaFailure"]
     assert (failure["status"], failure["reason"]) == ("False", "PodsCreated")
     assert len([op for op, _ in log if op == "create"]) == 3
+
+
+def test_a_pool_s_disruption_budget_is_created_updated_and_deleted_with_the_spec(
+        posted: list[Any]) -> None:
+    log: list[tuple[str, str]] = []
+    pools_ = reconciler([], [], log)
+    budgets = pools_.pods.budgets  # type: ignore[attr-defined]
+    pools_.reconcile(body=body({**SPEC, "podDisruptionBudget": {"maxUnavailable": 1}}),
+                     patch=kopf.Patch(), trigger="test")
+    budget = budgets["p"]
+    assert budget["spec"] == {"maxUnavailable": 1,
+                              "selector": {"matchLabels": {"jobwarden.io/pool": "p"}}}
+    assert budget["metadata"]["ownerReferences"][0]["uid"] == "u"
+    pools_.reconcile(body=body({**SPEC, "podDisruptionBudget": {"minAvailable": "50%"}}),
+                     patch=kopf.Patch(), trigger="test")
+    assert budgets["p"]["spec"]["minAvailable"] == "50%"
+    assert "maxUnavailable" not in budgets["p"]["spec"]
+    pools_.reconcile(body=body(SPEC), patch=kopf.Patch(), trigger="test")
+    assert budgets == {}
+    reads = pools_.pods.budget_reads  # type: ignore[attr-defined]
+    pools_.reconcile(body=body(SPEC), patch=kopf.Patch(), trigger="test")
+    assert pools_.pods.budget_reads == reads  # type: ignore[attr-defined]  # no GET per pass
+
+
+def test_a_budget_of_the_same_name_owned_by_someone_else_is_left_alone(
+        posted: list[Any]) -> None:
+    log: list[tuple[str, str]] = []
+    pools_ = reconciler([], [], log)
+    theirs = {"metadata": {"name": "p", "ownerReferences": [{"uid": "other"}]},
+              "spec": {"maxUnavailable": 3}}
+    pools_.pods.budgets["p"] = theirs  # type: ignore[attr-defined]
+    pools_.reconcile(body=body({**SPEC, "podDisruptionBudget": {"maxUnavailable": 1}}),
+                     patch=kopf.Patch(), trigger="test")
+    pools_.reconcile(body=body(SPEC), patch=kopf.Patch(), trigger="test")
+    assert pools_.pods.budgets["p"] is theirs  # type: ignore[attr-defined]
+    assert not [op for op, _ in log if op.endswith("-pdb")]
+
+
+@pytest.mark.parametrize("budget", [{}, {"maxUnavailable": 1, "minAvailable": 1},
+                                    {"maxUnavailable": "half"}, {"minAvailable": -1}])
+def test_a_bad_disruption_budget_is_an_invalid_spec(budget: dict[str, Any]) -> None:
+    with pytest.raises(SpecError) as caught:
+        pools_spec.parse_pool("p", {**SPEC, "podDisruptionBudget": budget})
+    assert caught.value.field.startswith("podDisruptionBudget")

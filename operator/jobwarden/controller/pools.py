@@ -162,6 +162,42 @@ class KubePods:
             if exc.status != 404:
                 raise
 
+    def pdb(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The PodDisruptionBudget called ``name``, None if there is none."""
+        import kubernetes
+
+        api: Any = kubernetes.client.PolicyV1Api(self.core().api_client)
+        try:
+            response = api.read_namespaced_pod_disruption_budget(name, namespace,
+                                                                 _preload_content=False)
+        except kubernetes.client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return dict(json.loads(response.data))
+
+    def put_pdb(self, namespace: str, manifest: dict[str, Any], *, exists: bool) -> None:
+        import kubernetes
+
+        api: Any = kubernetes.client.PolicyV1Api(self.core().api_client)
+        name = manifest["metadata"]["name"]
+        if exists:
+            api.patch_namespaced_pod_disruption_budget(name, namespace, manifest,
+                                                       _preload_content=False)
+        else:
+            api.create_namespaced_pod_disruption_budget(namespace, manifest,
+                                                        _preload_content=False)
+
+    def delete_pdb(self, namespace: str, name: str) -> None:
+        import kubernetes
+
+        try:
+            kubernetes.client.PolicyV1Api(self.core().api_client) \
+                .delete_namespaced_pod_disruption_budget(name, namespace, _preload_content=False)
+        except kubernetes.client.ApiException as exc:
+            if exc.status != 404:
+                raise
+
     def secret_keys(self, namespace: str, name: str) -> frozenset[str] | None:
         """The keys of a Secret (never its values), None if it does not exist.
 
@@ -195,6 +231,8 @@ class PoolReconciler:
         self.pods = pods or KubePods()
         self._locks: collections.defaultdict[str, threading.Lock] = \
             collections.defaultdict(threading.Lock)
+        #: Pool uid -> "no budget wanted and none exists" as of the last look.
+        self._no_pdb: dict[str, bool] = {}
 
     def reconcile(self, *, body: kopf.Body, patch: kopf.Patch, trigger: str) -> str:
         meta = body.get("metadata", {})
@@ -242,6 +280,7 @@ class PoolReconciler:
                                   drain_timeout=spec.drain_timeout)
         now = time.time()
         plan = rollout.decide(desired, views, hosts, now=now)
+        self._converge_pdb(spec, namespace=namespace, uid=uid)
         secret = self._check_secret(spec, namespace)
         failures: list[str] = []
         posted = self._apply(plan, spec=spec, namespace=namespace, uid=uid, now=now,
@@ -290,6 +329,42 @@ class PoolReconciler:
         result = "updated" if plan.actions else "unchanged"
         self.runtime.reconciled(KIND, result)
         return result
+
+    def _converge_pdb(self, spec: pools_spec.PoolSpec, *, namespace: str, uid: str) -> None:
+        """Create, update or delete the pool's PodDisruptionBudget to match the spec.
+
+        Only a budget this pool owns is touched: one of the same name made by
+        someone else is left alone (and logged).
+        """
+        if spec.disruption is None and self._no_pdb.get(uid):
+            return  # none wanted, none there when last looked: save the GET every pass
+        current = self.pods.pdb(namespace, spec.name)
+        self._no_pdb[uid] = False
+        owned = current is not None and any(
+            ref.get("uid") == uid
+            for ref in (current.get("metadata") or {}).get("ownerReferences") or [])
+        wanted = pools_spec.pdb_manifest(spec, namespace=namespace, owner_uid=uid)
+        if current is not None and not owned:
+            if wanted is not None:
+                logger.warning("%s/%s: a PodDisruptionBudget %s exists and is not this pool's; "
+                               "left alone", namespace, spec.name, spec.name)
+            return
+        if wanted is None:
+            if current is not None:
+                self.pods.delete_pdb(namespace, spec.name)
+                logger.info("%s/%s: PodDisruptionBudget deleted", namespace, spec.name)
+            self._no_pdb[uid] = True
+            return
+        if current is None or {k: (current.get("spec") or {}).get(k)
+                               for k in ("maxUnavailable", "minAvailable", "selector")} != \
+                {k: wanted["spec"].get(k) for k in ("maxUnavailable", "minAvailable",
+                                                    "selector")}:
+            if current is not None:  # a merge patch cannot drop the other field; say so
+                wanted["spec"].setdefault("maxUnavailable", None)
+                wanted["spec"].setdefault("minAvailable", None)
+            self.pods.put_pdb(namespace, wanted, exists=current is not None)
+            logger.info("%s/%s: PodDisruptionBudget %s (%s)", namespace, spec.name,
+                        "updated" if current is not None else "created", spec.disruption)
 
     def _check_secret(self, spec: pools_spec.PoolSpec, namespace: str) -> st.Condition:
         """Whether the DSN Secret and key exist, as the ``DSNSecretReady`` condition.

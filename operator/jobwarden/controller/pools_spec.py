@@ -66,7 +66,8 @@ POOL_FIELDS = ("image", "imagePullPolicy", "command", "template", "replicas", "q
                "concurrency", "hostCap", "isolation", "apps", "dsnSecretRef",
                "dsnSecretRef.name", "dsnSecretRef.key", "drainTimeoutSeconds", "rollout",
                "rollout.maxSurge", "rollout.maxUnavailable", "codeVersion", "env",
-               "resources", "httpPort")
+               "resources", "httpPort", "podDisruptionBudget",
+               "podDisruptionBudget.maxUnavailable", "podDisruptionBudget.minAvailable")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,6 +87,9 @@ class PoolSpec:
     #: The Secret (and key) holding the DSN, checked before pods are created.
     dsn_secret: str = ""
     dsn_key: str = "dsn"
+    #: ``{"maxUnavailable": ...}`` or ``{"minAvailable": ...}`` of the pool's
+    #: PodDisruptionBudget; None: the pool has none.
+    disruption: dict[str, int | str] | None = None
 
     @property
     def selector(self) -> str:
@@ -160,6 +164,8 @@ def parse_pool(name: str, spec: Mapping[str, Any] | None) -> PoolSpec:
     if not isinstance(secret, Mapping) or not secret.get("name"):
         raise SpecError("dsnSecretRef.name", "the Secret holding the DSN is required")
     secret_key = str(secret.get("key") or "dsn")
+
+    disruption = _disruption(spec.get("podDisruptionBudget"))
 
     raw_template = spec.get("template")
     if raw_template is not None and not isinstance(raw_template, Mapping):
@@ -247,7 +253,42 @@ def parse_pool(name: str, spec: Mapping[str, Any] | None) -> PoolSpec:
     return PoolSpec(name=name, replicas=replicas, queues=queues, drain_timeout=drain,
                     max_surge=max_surge, max_unavailable=max_unavailable, http_port=http_port,
                     code_version=code_version, template_hash=digest, template=template,
-                    dsn_secret=str(secret["name"]), dsn_key=secret_key)
+                    dsn_secret=str(secret["name"]), dsn_key=secret_key,
+                    disruption=disruption)
+
+
+def _disruption(raw: Any) -> dict[str, int | str] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise SpecError("podDisruptionBudget", "must be an object")
+    given = {k: raw[k] for k in ("maxUnavailable", "minAvailable") if raw.get(k) is not None}
+    if len(given) != 1:
+        raise SpecError("podDisruptionBudget",
+                        "set exactly one of maxUnavailable or minAvailable")
+    (key, value), = given.items()
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise SpecError(f"podDisruptionBudget.{key}", "must be a number or a percentage")
+    if isinstance(value, int) and value < 0:
+        raise SpecError(f"podDisruptionBudget.{key}", "must not be negative")
+    if isinstance(value, str) and not (value.endswith("%") and value[:-1].isdigit()):
+        raise SpecError(f"podDisruptionBudget.{key}", f"{value!r} is not a percentage like 25%")
+    return {key: value}
+
+
+def pdb_manifest(pool: PoolSpec, *, namespace: str, owner_uid: str) -> dict[str, Any] | None:
+    """The pool's PodDisruptionBudget (named after the pool, owned by it), or None."""
+    if pool.disruption is None:
+        return None
+    return {
+        "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": {"name": pool.name, "namespace": namespace,
+                     "labels": {**COMMON_LABELS, POOL_LABEL: pool.name},
+                     "ownerReferences": [{"apiVersion": API_VERSION, "kind": KIND,
+                                          "name": pool.name, "uid": owner_uid,
+                                          "controller": True, "blockOwnerDeletion": True}]},
+        "spec": {**pool.disruption, "selector": {"matchLabels": {POOL_LABEL: pool.name}}},
+    }
 
 
 #: What every container the operator runs gets unless the template says otherwise:
