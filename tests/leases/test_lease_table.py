@@ -8,7 +8,7 @@ import time
 import pytest
 
 from jobwarden.db.database import Database
-from jobwarden.db.leases import MAX_NAME_LENGTH, lease_name
+from jobwarden.structs.leases import MAX_NAME_LENGTH, lease_name
 from tests.support.waiting import wait_for
 
 

@@ -98,7 +98,7 @@ def test_an_exclusive_job_takes_the_key_lease_or_else_the_class_lease() -> None:
 
 
 def test_a_very_long_key_maps_to_the_same_hashed_lease_name_the_worker_uses() -> None:
-    from jobwarden.db.leases import lease_name
+    from jobwarden.structs.leases import lease_name
 
     key = "k" * 200
     parsed = specs.parse_exclusive_job({"job": {"class": "a:B"}, "concurrencyKey": key})

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from jobwarden.client import Client
-from jobwarden.schedules import ScheduleError, registry, runner
+from jobwarden.schedules import ScheduleError, registry, service
 from jobwarden.worker.worker import Worker
 from tests.support import schedulejobs
 from tests.support.waiting import wait_for
@@ -94,7 +94,7 @@ def test_a_worker_syncs_its_apps_code_schedules_at_start(
     wait_for(lambda: {"code-nightly", "code-cleanup"} <= {r.name
                                                           for r in client.schedules.list()},
              message="code schedules synced")
-    schedules = worker.extension(runner.ScheduleExtension)
+    schedules = worker.extension(service.ScheduleExtension)
     assert schedules is not None
     wait_for(lambda: schedules.service.synced and all(
         t.interval == 0 for t in worker.periodic if t.name == "schedules"),

@@ -7,7 +7,7 @@ import types
 from collections.abc import Callable
 
 from jobwarden.client import Client
-from jobwarden.schedules import runner
+from jobwarden.schedules import service
 from jobwarden.settings import WorkerSettings
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
@@ -57,7 +57,7 @@ def test_the_schedule_extension_has_a_periodic_task_and_the_tick_pass(
         client: Client) -> None:
     worker = types.SimpleNamespace(db=client.db,
                                    settings=WorkerSettings(schedule_check_seconds=7, apps=()))
-    extension = runner.ScheduleExtension(worker)  # type: ignore[arg-type]
+    extension = service.ScheduleExtension(worker)  # type: ignore[arg-type]
     assert [(t.name, t.interval) for t in extension.periodic_tasks()] == [("schedules", 7)]
     assert extension.service.tolerance_seconds >= 60
 

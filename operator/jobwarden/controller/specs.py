@@ -21,8 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobwarden import schedules
-from jobwarden.db.leases import lease_name
 from jobwarden.schedules import walltime
+from jobwarden.structs.leases import lease_name
 from jobwarden.structs.policies import CatchUp, OnBusy, Overlap
 
 #: Where every schedule row that came from Kubernetes says it came from.

@@ -17,9 +17,7 @@ speeds things up, callers also wake at the holder's expiry and poll.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import math
 import threading
 import time
 import uuid
@@ -28,7 +26,15 @@ from typing import TYPE_CHECKING
 
 from jobwarden import errors
 from jobwarden.db.jobs import JOBS_TOPIC
-from jobwarden.structs.leases import Acquisition, HeldLease, LeaseRecord, Renewal
+from jobwarden.structs.leases import (
+    MAX_NAME_LENGTH,
+    Acquisition,
+    HeldLease,
+    LeaseRecord,
+    Renewal,
+    check_ttl,
+    lease_name,
+)
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Database, Listener, Row
@@ -36,31 +42,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("jobwarden.leases")
 
 LEASES_TOPIC = "leases"
-#: The column's limit (CHECK in 0002_leases.sql); longer names are hashed.
-MAX_NAME_LENGTH = 200
-_DIGEST_LENGTH = 64  # sha256, hex
 
-
-def lease_name(raw: str) -> str:
-    """The stored name: ``raw`` itself, or a readable prefix + ``#`` + its sha256.
-
-    Deterministic, so every process maps a long name to the same row, and
-    idempotent (a hashed name is exactly the limit long and maps to itself).
-    """
-    if not raw:
-        raise ValueError("a lease name must not be empty")
-    if len(raw) <= MAX_NAME_LENGTH:
-        return raw
-    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
-    return f"{raw[:MAX_NAME_LENGTH - _DIGEST_LENGTH - 1]}#{digest}"
-
-
-def check_ttl(ttl_seconds: float) -> float:
-    ttl = float(ttl_seconds)
-    if not math.isfinite(ttl) or ttl <= 0:
-        raise ValueError(f"a lease ttl must be a positive number of seconds, not {ttl_seconds!r}")
-    return ttl
-
+__all__ = ["LEASES_TOPIC", "MAX_NAME_LENGTH", "LeasesTable", "ReleaseWatcher", "check_ttl",
+           "lease_name"]
 
 def _record(row: Row) -> LeaseRecord:
     name, slot, owner, host, token, acquired_at, expires_at, expires_in = row[:8]

@@ -44,21 +44,18 @@ import datetime as dt
 import functools
 import logging
 import time
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from jobwarden import errors, metrics
 from jobwarden.schedules import expressions, planning
-from jobwarden.schedules.store import job_spec
+from jobwarden.schedules.slots import job_spec
 from jobwarden.structs.jobs import JobSpec
 from jobwarden.structs.schedules import DueSchedule, RunReport, SlotAdvance
-from jobwarden.worker.extensions import Extension, PeriodicTask
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Connection, Database
-    from jobwarden.worker.worker import Worker
 
-__all__ = ["DEFAULT_BATCH", "ScheduleExtension", "ScheduleService", "enqueue_due"]
+__all__ = ["DEFAULT_BATCH", "enqueue_due", "warn_once"]
 
 logger = logging.getLogger("jobwarden.schedules")
 
@@ -102,7 +99,7 @@ def enqueue_due(db: Database, *, now: dt.datetime | None = None, limit: int = 10
             report.more = limit > 0
     except errors.SchemaMissing as exc:
         report.errors += 1
-        _warn_once(f"schedules are off until the schema is migrated: {exc}")
+        warn_once(f"schedules are off until the schema is migrated: {exc}")
     except errors.DatabaseUnavailable as exc:
         report.errors += 1
         logger.warning("schedule runner: %s", exc)
@@ -117,7 +114,8 @@ def enqueue_due(db: Database, *, now: dt.datetime | None = None, limit: int = 10
 _warned: set[str] = set()
 
 
-def _warn_once(message: str) -> None:
+def warn_once(message: str) -> None:
+    """Log ``message`` once per process (a missing schema would repeat every pass)."""
     if message not in _warned:
         _warned.add(message)
         logger.warning("%s", message)
@@ -262,94 +260,3 @@ def _error_advance(schedule: DueSchedule, at: dt.datetime, exc: Exception) -> Sl
         enqueued=0, skipped=0, missed=0, last_job_id=None,
         error=f"{type(exc).__name__}: {exc}"[:1000],
     )
-
-
-# -- inside workers ------------------------------------------------------------------
-
-
-class ScheduleService:
-    """What a worker process runs periodically: code-schedule sync once, then passes.
-
-    The sync is retried until it succeeds (the database may be down when the worker
-    starts). Passes run at most every ``check_seconds``; a pass that hits its limit
-    is repeated at once, within a time budget of one check period, so a backlog of
-    many due schedules drains without waiting for the next period.
-    """
-
-    def __init__(self, db: Database, *, check_seconds: float, modules: Sequence[str] = (),
-                 limit: int = 1000) -> None:
-        self.db = db
-        self.check_seconds = check_seconds
-        self.modules = tuple(modules)
-        self.limit = limit
-        self.synced = False
-        self.last_report: RunReport | None = None
-        self.tolerance_seconds = max(planning.DEFAULT_TOLERANCE_SECONDS,
-                                     int(2 * check_seconds) + 5)
-
-    def sync(self) -> None:
-        from jobwarden.schedules import registry
-        from jobwarden.schedules.store import Schedules
-
-        try:
-            registry.sync(Schedules(self.db))
-            self.synced = True
-        except errors.SchemaMissing as exc:
-            _warn_once(f"code-defined schedules not synced until the schema is migrated: {exc}")
-        except errors.DatabaseUnavailable as exc:
-            logger.warning("code-defined schedules not synced yet: %s", exc)
-        except Exception:
-            logger.exception("code-defined schedules not synced")
-
-    def run_once(self) -> RunReport:
-        if not self.synced:
-            self.sync()
-        total = RunReport()
-        if self.check_seconds <= 0:
-            return total
-        deadline = time.monotonic() + max(self.check_seconds, 1.0)
-        while True:
-            report = enqueue_due(self.db, limit=self.limit,
-                                 tolerance_seconds=self.tolerance_seconds)
-            total.add(report)
-            if not report.more or report.errors or time.monotonic() >= deadline:
-                break
-        self.last_report = total
-        changed = total.enqueued or total.skipped or total.missed or total.errors
-        logger.log(logging.INFO if changed else logging.DEBUG,
-                   "schedules: checked=%d enqueued=%d duplicates=%d skipped=%d missed=%d "
-                   "errors=%d", total.checked, total.enqueued, total.duplicates, total.skipped,
-                   total.missed, total.errors)
-        return total
-
-
-class ScheduleExtension(Extension):
-    """Schedules inside a worker: one periodic task, and the pass a tick runs.
-
-    ``schedule_check_seconds = 0`` turns the runner off in this process; code
-    schedules are still synced (once), so other runners (the operator) see them,
-    and the task retires itself (interval 0) once the sync succeeded.
-    """
-
-    def __init__(self, worker: Worker) -> None:
-        self.check_seconds = worker.settings.schedule_check_seconds
-        self.service = ScheduleService(worker.db, check_seconds=self.check_seconds,
-                                       modules=worker.settings.apps)
-        self.task = PeriodicTask(name="schedules",
-                                 interval=self.check_seconds if self.check_seconds > 0 else 5.0,
-                                 run=self._run)
-
-    def _run(self) -> None:
-        self.service.run_once()
-        if self.check_seconds <= 0 and self.service.synced:
-            self.task.interval = 0  # sync done and the runner is off: nothing left to do
-
-    def periodic_tasks(self) -> Sequence[PeriodicTask]:
-        return (self.task,)
-
-    def tick_pass(self) -> int | None:
-        """One pass for a tick: the number of slots enqueued (None: the runner is off)."""
-        if self.check_seconds <= 0:
-            return None
-        return enqueue_due(self.service.db,
-                           tolerance_seconds=self.service.tolerance_seconds).enqueued

@@ -1,10 +1,43 @@
-"""Rows and answers of the leases table, as frozen dataclasses."""
+"""Rows and answers of the leases table, as frozen dataclasses, and the naming rules.
+
+The rules (how a long name is stored, what a valid ttl is) are domain rules, not
+storage: the lock API, exclusive jobs, schedules and the operator all name leases
+with :func:`lease_name`, and the database layer applies the same function.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import hashlib
+import math
 from typing import Any
+
+#: The column's limit (CHECK in 0002_leases.sql); longer names are hashed.
+MAX_NAME_LENGTH = 200
+_DIGEST_LENGTH = 64  # sha256, hex
+
+
+def lease_name(raw: str) -> str:
+    """The stored name: ``raw`` itself, or a readable prefix + ``#`` + its sha256.
+
+    Deterministic, so every process maps a long name to the same row, and
+    idempotent (a hashed name is exactly the limit long and maps to itself).
+    """
+    if not raw:
+        raise ValueError("a lease name must not be empty")
+    if len(raw) <= MAX_NAME_LENGTH:
+        return raw
+    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    return f"{raw[:MAX_NAME_LENGTH - _DIGEST_LENGTH - 1]}#{digest}"
+
+
+def check_ttl(ttl_seconds: float) -> float:
+    """A lease ttl: a positive, finite number of seconds (ValueError otherwise)."""
+    ttl = float(ttl_seconds)
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError(f"a lease ttl must be a positive number of seconds, not {ttl_seconds!r}")
+    return ttl
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

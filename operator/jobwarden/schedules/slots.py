@@ -1,0 +1,63 @@
+"""Slot arithmetic: a slot's unique key, its job and lease, and counting passed slots.
+
+Pure functions shared by the runner (one job per slot), the store (backfill,
+missed slots on a change or a resume) and the CLI; no database.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from jobwarden import definitions
+from jobwarden.schedules import expressions, planning
+from jobwarden.structs.jobs import JobSpec
+from jobwarden.structs.leases import lease_name
+
+__all__ = ["job_spec", "passed_slots", "schedule_lease", "slot_key"]
+
+
+def slot_key(name: str, slot: dt.datetime) -> str:
+    """The unique key of a slot's job: ``<name>:<slot in UTC ISO 8601>`` (whole seconds, Z)."""
+    utc = slot.astimezone(dt.UTC).replace(microsecond=0)
+    return f"{name}:{utc.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+def schedule_lease(name: str) -> str:
+    """The lease a Forbid/Replace schedule's runs carry: ``schedule:<name>`` (hashed if long)."""
+    return lease_name(f"schedule:{name}")
+
+
+def job_spec(*, name: str, slot: dt.datetime, job_class: str, data: Any, queue: str | None,
+             priority: int | None, timeout_seconds: float | None, max_retries: int | None,
+             idempotent: bool | None, overlap: str) -> JobSpec:
+    """The job of one slot. Unset fields take the Job defaults, the same on every runner."""
+    base = definitions.Job
+    return JobSpec(
+        job_class=job_class, data=data, queue=queue or base.queue,
+        priority=base.priority if priority is None else priority,
+        max_retries=base.max_retries if max_retries is None else max_retries,
+        timeout_seconds=float(base.timeout if timeout_seconds is None else timeout_seconds),
+        idempotent=base.idempotent if idempotent is None else idempotent,
+        unique_key=slot_key(name, slot),
+        lease_name=schedule_lease(name) if overlap in ("Forbid", "Replace") else None,
+        # Forbid: a run that finds the previous one still holding the lease is dropped
+        # (never queued behind it); Replace: the new run waits until the old one stopped.
+        on_busy={"Forbid": "skip", "Replace": "defer"}.get(overlap),
+        schedule_name=name,
+    )
+
+
+def passed_slots(expr: expressions.Expression, *, since: dt.datetime,
+                 now: dt.datetime) -> tuple[int, dt.datetime | None]:
+    """How many slots of ``expr`` lie in ``(since, now]`` and the newest of them.
+
+    For slots that get no run (a pause, a replaced expression): all are missed.
+    Bounded like the runner's plan (a lower bound after very long cron pauses).
+    """
+    if now <= since:
+        return 0, None
+    plan = planning.plan_due(expr, last_slot=since, now=now, catch_up="none",
+                             tolerance_seconds=0)
+    newest = expr.prev_at_or_before(now)
+    return plan.missed + len(plan.run), newest if newest is not None and newest > since else None
