@@ -18,7 +18,8 @@ from psycopg_pool import AsyncConnectionPool
 
 from jobwarden import errors
 from jobwarden.db import queries
-from jobwarden.db.database import _SCHEMA_NAME, DEFAULT_SCHEMA, Row, translate_errors
+from jobwarden.db.basics import _SCHEMA_NAME, DEFAULT_SCHEMA, Row
+from jobwarden.db.faults import translate_errors
 
 AsyncConnection = psycopg.AsyncConnection[Row]
 

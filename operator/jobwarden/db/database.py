@@ -13,10 +13,9 @@ import contextlib
 import datetime
 import logging
 import os
-import re
 import select
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from typing import Any, Literal, LiteralString, cast
 
 import psycopg
@@ -27,13 +26,19 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from jobwarden import errors
 from jobwarden.db import queries
 
+# Re-exported: callers (table modules under TYPE_CHECKING, the console, the CLI)
+# name these as ``database.Row`` and friends.
+from jobwarden.db.basics import _SCHEMA_NAME
+from jobwarden.db.basics import DEFAULT_SCHEMA as DEFAULT_SCHEMA
+from jobwarden.db.basics import Connection as Connection
+from jobwarden.db.basics import Params as Params
+from jobwarden.db.basics import Row as Row
+from jobwarden.db.basics import channel_name as channel_name
+from jobwarden.db.faults import first_line as _first_line
+from jobwarden.db.faults import translate_errors as translate_errors
+
 logger = logging.getLogger(__name__)
 
-Row = tuple[Any, ...]
-Params = Mapping[str, Any]
-Connection = psycopg.Connection[Row]
-
-DEFAULT_SCHEMA = "jobwarden"
 #: While no pooled connection is ready, a caller asks the pool again this often.
 #: Each ask lets the pool try to connect once more, so callers resume within
 #: about this long of the server accepting connections (the pool's own retries
@@ -45,30 +50,6 @@ IDLE_CHECK_SECONDS = 30.0
 #: Connecting to a host that does not answer (failover, a moved address) gives up
 #: after this long unless the DSN sets ``connect_timeout``.
 CONNECT_TIMEOUT_SECONDS = 5
-#: Schema names are identifiers we also embed in regclass literals: keep them plain.
-_SCHEMA_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-
-
-@contextlib.contextmanager
-def translate_errors() -> Iterator[None]:
-    """Turn driver exceptions into Jobwarden's own, so callers never import psycopg."""
-    try:
-        yield
-    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName,
-            psycopg.errors.UndefinedObject) as exc:
-        raise errors.SchemaMissing(
-            f"the Jobwarden schema is missing or incomplete ({exc.diag.message_primary}); "
-            "run `jobwarden migrate`"
-        ) from exc
-    except PoolTimeout as exc:
-        raise errors.DatabaseUnavailable(f"no database connection available: {exc}") from exc
-    except psycopg.OperationalError as exc:
-        raise errors.DatabaseUnavailable(f"database unavailable: {_first_line(exc)}") from exc
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 PREPARED_STATEMENTS_ENV = "JOBWARDEN_PREPARED_STATEMENTS"
@@ -127,11 +108,6 @@ def describe_dsn(dsn: str) -> str:
     port = str(params.get("port") or "5432")
     name = str(params.get("dbname") or params.get("user") or "postgres")
     return f"database {name!r} on {host}:{port}"
-
-
-def channel_name(schema: str, topic: str) -> str:
-    """NOTIFY channel per schema, so two apps sharing a database don't wake each other."""
-    return f"{schema}_{topic}"
 
 
 class Database:

@@ -28,7 +28,8 @@ import psycopg.sql
 from psycopg.rows import tuple_row
 
 from jobwarden import errors
-from jobwarden.db.database import Connection, Params, Row, channel_name, translate_errors
+from jobwarden.db.basics import Connection, Params, Row, channel_name
+from jobwarden.db.faults import translate_errors
 
 if TYPE_CHECKING:
     from jobwarden.db.asyncdatabase import AsyncDatabase
