@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from jobwarden.db.database import Database
 from jobwarden.exclusive import ExclusiveJobs
-from jobwarden.hosts import HostRegistry
+from jobwarden.membership import HostMembership
 from jobwarden.schedules.service import ScheduleExtension
 from jobwarden.settings import WorkerSettings
 from jobwarden.tick import SchedulePass, Ticker, TickExtension
@@ -59,7 +59,7 @@ def build_worker(db: Database, settings: WorkerSettings, *,
     break it without touching the schedules table).
     """
     schedules = _Schedules(tick_schedules)
-    factories: list[ExtensionFactory] = [ExclusiveJobs.for_worker, HostRegistry,
+    factories: list[ExtensionFactory] = [ExclusiveJobs.for_worker, HostMembership,
                                          schedules.build]
     if settings.http_port is not None:
         factories.append(lambda worker: TickExtension(worker,
@@ -70,6 +70,6 @@ def build_worker(db: Database, settings: WorkerSettings, *,
 def build_ticker(db: Database, settings: WorkerSettings) -> Ticker:
     """``jobwarden tick``: a worker that is never started, and a ticker driving it."""
     schedules = _Schedules(None)
-    worker = Worker(db, settings, extensions=[ExclusiveJobs.for_worker, HostRegistry,
+    worker = Worker(db, settings, extensions=[ExclusiveJobs.for_worker, HostMembership,
                                               schedules.build])
     return Ticker(worker, standalone=True, run_schedules=schedules.tick_pass)

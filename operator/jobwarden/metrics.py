@@ -37,8 +37,8 @@ jobwarden_schedule_slots_skipped_total            counter    schedule
 jobwarden_schedule_runs_total                     counter    result
 ================================================  =========  ==============================
 
-The database-wide gauges are exported once per database by the operator (or by
-one designated ``jobwarden exporter``), never by every worker, so a sum over
+The database-wide gauges are exported once per database, by the operator that
+holds the ``operator:gauges`` loop lease, never by every worker, so a sum over
 pods never multiplies them:
 
 ================================================  =========  ==============================
@@ -53,11 +53,14 @@ The operator also exports ``jobwarden_operator_reconciles_total{kind, result}``,
 ``jobwarden_operator_errors_total{kind}``, ``jobwarden_rollout_duration_seconds{pool}``
 and ``jobwarden_rollout_reaped_jobs_total{pool}``.
 
-``reason`` values: ``error``, ``timeout``, ``unknown_job``, ``bad_data``,
-``exhausted`` (failed/retried); ``lease_busy``, ``on_busy_skip``, ``overlap``
-(skipped). ``operation``: ``complete``, ``fail``, ``retry``, ``heartbeat``,
-``defer``. ``outcome`` of a reap: ``retried``, ``interrupted``, ``failed``.
-``kind`` of a lease: ``job``, ``key``, ``schedule``, ``lock``.
+``reason`` values (:mod:`jobwarden.structs.policies`): ``error``, ``timeout``,
+``unknown_job``, ``bad_data``, ``lease_busy`` (failed/retried: a job with
+``on_busy = "fail"``); ``lease_busy``, ``on_busy_skip`` (skipped). A failure for
+good after the last retry keeps its attempt's reason. ``operation`` of a fenced
+write: ``complete``, ``fail``, ``defer``. ``outcome`` of a reap: ``retried``,
+``interrupted``, ``failed``. ``kind`` of a lease: ``job``, ``key``, ``schedule``,
+``lock``. Slots a schedule's overlap policy skips are counted by
+``jobwarden_schedule_slots_skipped_total``, not as skipped jobs.
 
 Rare events are exported at 0 before they happen (``prime_*`` below). A
 counter whose label set is born at 1 has no earlier sample, so
@@ -79,6 +82,8 @@ import threading
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from jobwarden.structs import policies
 
 #: The registry every Jobwarden metric lives in. Separate from the default
 #: registry so an application embedding the worker keeps its own metrics apart,
@@ -228,9 +233,10 @@ ROLLOUT_REAPED = Counter(
 
 #: Every value each rare-event label can take (the docstring's table, as data).
 LEASE_KINDS = ("job", "key", "schedule", "lock")
-FAIL_REASONS = ("error", "timeout", "unknown_job", "bad_data", "exhausted", "lease_busy")
-SKIP_REASONS = ("lease_busy", "on_busy_skip", "overlap")
-FENCED_OPERATIONS = ("complete", "fail", "retry", "heartbeat", "defer")
+FAIL_REASONS = policies.FAILURE_REASONS
+SKIP_REASONS = policies.SKIP_REASONS
+#: What a fenced write was (the worker's recorder writes only these).
+FENCED_OPERATIONS = ("complete", "fail", "defer")
 REAP_OUTCOMES = ("retried", "interrupted", "failed")
 
 _primed: set[tuple[str, ...]] = set()
@@ -263,10 +269,10 @@ def prime_job(queue: str, job_class: str) -> None:
     JOBS_INTERRUPTED.labels(queue, job_class)
     JOBS_CANCELLED.labels(queue, job_class)
     JOBS_COMPLETED.labels(queue, job_class)
-    for reason in FAIL_REASONS:
-        JOBS_FAILED.labels(queue, job_class, reason)
-    for reason in SKIP_REASONS:
-        JOBS_SKIPPED.labels(queue, job_class, reason)
+    for failure in FAIL_REASONS:
+        JOBS_FAILED.labels(queue, job_class, failure)
+    for skip in SKIP_REASONS:
+        JOBS_SKIPPED.labels(queue, job_class, skip)
     for operation in FENCED_OPERATIONS:
         JOBS_FENCED.labels(queue, job_class, operation)
     for outcome in REAP_OUTCOMES:

@@ -7,6 +7,7 @@ variables use the ``JOBWARDEN_`` prefix so a Kubernetes pod spec can set them.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import socket
 from typing import Literal
@@ -34,6 +35,28 @@ def env_dsn() -> str | None:
             raise errors.ConfigurationError(f"cannot read JOBWARDEN_DSN_FILE {path!r}: {exc}") \
                 from exc
     return None
+
+
+def env_number(name: str, default: float, *, integer: bool = False,
+               allow_zero: bool = False) -> float:
+    """A number from the environment (``default`` when unset or blank).
+
+    The one parser of numeric ``JOBWARDEN_*`` settings: a value that is not a
+    finite number, or is negative (or zero, unless ``allow_zero``), is a
+    :class:`~jobwarden.errors.ConfigurationError` naming the variable.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(int(raw)) if integer else float(raw)
+    except ValueError as exc:
+        kind = "a whole number" if integer else "a number"
+        raise errors.ConfigurationError(f"{name} must be {kind}, not {raw!r}") from exc
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise errors.ConfigurationError(
+            f"{name} must be a {'non-negative' if allow_zero else 'positive'} number")
+    return value
 
 
 def env_schema() -> str:

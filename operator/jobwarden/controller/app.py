@@ -40,7 +40,7 @@ from jobwarden.controller import exclusive_jobs, periodic, pools, schedules
 from jobwarden.controller.config import OperatorConfig
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
-from jobwarden.worker.http import HealthServer
+from jobwarden.health import HealthServer
 
 logger = logging.getLogger("jobwarden.controller")
 

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from jobwarden import definitions, errors, logfields, metrics, reaper
 from jobwarden.db.database import Database, channel_name
 from jobwarden.db.hosts import HOSTS_TOPIC
+from jobwarden.health import HealthServer
 from jobwarden.looping import PeriodicRunner
 from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
@@ -59,7 +60,6 @@ from jobwarden.worker.context import (
 )
 from jobwarden.worker.extensions import CallNext, PeriodicTask, WorkerExtension
 from jobwarden.worker.heartbeats import Heartbeater
-from jobwarden.worker.http import HealthServer
 from jobwarden.worker.recorder import Recorder
 
 logger = logging.getLogger("jobwarden.worker")

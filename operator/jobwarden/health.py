@@ -1,4 +1,8 @@
-"""The worker's HTTP endpoints: /metrics, /healthz, /readyz (and the extensions' routes).
+"""The HTTP endpoints of a worker or the operator: /metrics, /healthz, /readyz, and routes.
+
+Not part of the worker package: the operator serves the same endpoints, and it
+must not import worker internals to do so. A worker adds its extensions' routes
+(the tick route).
 
 A tiny threaded server from the standard library: probes and scrapes are a few
 requests per second, and it must keep answering while every job slot is busy,
