@@ -25,7 +25,6 @@ was still running is left to the reaper (its heartbeats stop), never lost.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import logging
 import queue
@@ -35,7 +34,6 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from jobwarden import definitions, errors, logfields, metrics, reaper
@@ -45,41 +43,25 @@ from jobwarden.health import HealthServer
 from jobwarden.looping import PeriodicRunner
 from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
-from jobwarden.structs.policies import FailureReason
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker import execution
 from jobwarden.worker.capacity import Capacity
 from jobwarden.worker.context import (
     Attempt,
     AttemptContext,
-    Cancelled,
     Failed,
     Outcome,
     Released,
-    Succeeded,
 )
 from jobwarden.worker.extensions import CallNext, PeriodicTask, WorkerExtension
 from jobwarden.worker.heartbeats import Heartbeater
+from jobwarden.worker.outcomes import FailureEvent, Outcomes, backoff
 from jobwarden.worker.recorder import Recorder
 
 logger = logging.getLogger("jobwarden.worker")
 
 EXIT_OK = 0
 EXIT_CRASHED = 70
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class FailureEvent:
-    """What the app-wide failure hook receives (no job data: it may be sensitive)."""
-
-    job_id: int
-    job_class: str
-    queue: str
-    attempt: int
-    max_retries: int
-    is_final: bool
-    reason: FailureReason
-    error: str
 
 
 __all__ = ["EXIT_CRASHED", "EXIT_OK", "ExtensionFactory", "FailureEvent", "PeriodicTask",
@@ -122,7 +104,7 @@ class Worker:
         for app in settings.apps:
             importlib.import_module(app)
         metrics.prime_jobs(_imported_pairs(settings.queues))
-        self._failure_hook = self._load_failure_hook(settings.failure_hook)
+        self.outcomes = Outcomes(failure_hook=settings.failure_hook)
         self.capacity = Capacity(settings.concurrency + settings.max_prefetch)
         #: Moving average of attempt durations, for automatic prefetch.
         self._avg_duration: float | None = None
@@ -149,8 +131,7 @@ class Worker:
                                         heartbeat_grace=settings.heartbeat_grace)
         else:
             self.runner = execution.ThreadRunner()
-        self._hooks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobwarden-hooks")
-        self.recorder = Recorder(db, on_recorded=self._recorded, backoff=self._backoff,
+        self.recorder = Recorder(db, on_recorded=self._recorded, backoff=backoff,
                                  result_max_bytes=settings.result_max_bytes,
                                  db_state=self._set_db_state,
                                  on_written=self._outcomes_written)
@@ -511,9 +492,6 @@ class Worker:
 
     # -- outcomes --------------------------------------------------------------------
 
-    def _backoff(self, attempt: Attempt) -> float:
-        return (attempt.job_class or definitions.Job).backoff(attempt.claim.attempt)
-
     def reap(self) -> int:
         # Refresh this process's own claims first: after an outage longer than the
         # grace (database down, process paused) they look stale, but they are alive
@@ -525,83 +503,9 @@ class Worker:
         claim = attempt.claim
         with logfields.attempt(job_id=claim.id, job_class=claim.job_class,
                                attempt=claim.attempt, queue=claim.queue, host=self.host):
-            self._record_outcome(attempt, outcome, status)
-
-    def _record_outcome(self, attempt: Attempt, outcome: Outcome,
-                        status: JobStatus | None) -> None:
-        claim = attempt.claim
-        with self._active_lock:
-            self._active.pop(claim.id, None)
-        labels = (claim.queue, claim.job_class)
-        if status is None:
-            operation = {Succeeded: "complete", Failed: "fail", Cancelled: "fail",
-                         Released: "defer"}[type(outcome)]
-            metrics.JOBS_FENCED.labels(*labels, operation).inc()
-            logger.warning("fenced %s of job %d attempt %d: its claim was taken over",
-                           operation, claim.id, claim.attempt)
-            return
-        if isinstance(outcome, Succeeded):
-            metrics.JOBS_COMPLETED.labels(*labels).inc()
-            self._hook(attempt, "on_success", outcome.result)
-        elif isinstance(outcome, Failed):
-            final = status is not JobStatus.PENDING
-            if status is JobStatus.PENDING:
-                metrics.JOBS_RETRIED.labels(*labels, outcome.reason).inc()
-            elif status is JobStatus.CANCELLED:
-                metrics.JOBS_CANCELLED.labels(*labels).inc()
-            else:
-                metrics.JOBS_FAILED.labels(*labels, outcome.reason).inc()
-            logger.warning("job %d (%s) attempt %d failed (%s)%s: %s", claim.id,
-                           claim.job_class, claim.attempt, outcome.reason,
-                           "" if not final else " for good",
-                           outcome.error.splitlines()[-1] if outcome.error else "")
-            self._hook(attempt, "on_failure", outcome.exception or outcome.error,
-                       is_final=final)
-            if self._failure_hook is not None:
-                event = FailureEvent(job_id=claim.id, job_class=claim.job_class,
-                                     queue=claim.queue, attempt=claim.attempt,
-                                     max_retries=claim.max_retries, is_final=final,
-                                     reason=outcome.reason, error=outcome.error)
-                self._hooks.submit(self._call_failure_hook, event)
-        elif isinstance(outcome, Cancelled):
-            metrics.JOBS_CANCELLED.labels(*labels).inc()
-        elif isinstance(outcome, Released) and outcome.deferral:
-            metrics.JOBS_DEFERRED.labels(*labels).inc()
-            metrics.JOBS_SKIPPED.labels(*labels, outcome.reason).inc()
-
-    def _hook(self, attempt: Attempt, name: str, *args: Any, **kwargs: Any) -> None:
-        claim, job_class = attempt.claim, attempt.job_class
-        if job_class is None or not definitions.overrides(job_class, name):
-            return
-
-        def call() -> None:
-            instance = job_class()
-            instance.job_id = claim.id
-            instance.attempt = claim.attempt
-            error = execution.call_hook(getattr(instance, name), *args, **kwargs)
-            if error is not None:
-                logger.warning("%s hook of job %d raised (ignored): %r", name, claim.id, error)
-
-        self._hooks.submit(call)
-
-    def _call_failure_hook(self, event: FailureEvent) -> None:
-        assert self._failure_hook is not None
-        error = execution.call_hook(self._failure_hook, event)
-        if error is not None:
-            logger.warning("failure hook raised (ignored): %r", error)
-
-    @staticmethod
-    def _load_failure_hook(path: str | None) -> Callable[[FailureEvent], object] | None:
-        if not path:
-            return None
-        module_name, _, attr = path.partition(":")
-        try:
-            hook = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as exc:
-            raise errors.ConfigurationError(f"cannot load failure hook {path!r}: {exc}") from exc
-        if not callable(hook):
-            raise errors.ConfigurationError(f"failure hook {path!r} is not callable")
-        return hook  # type: ignore[no-any-return]
+            with self._active_lock:
+                self._active.pop(claim.id, None)
+            self.outcomes.recorded(attempt, outcome, status)
 
     # -- shutdown ------------------------------------------------------------------
 
@@ -653,7 +557,7 @@ class Worker:
             self.http.close()
         self.runner.close()
         self._call_all("on_stopped")
-        self._hooks.shutdown(wait=False)
+        self.outcomes.close()
         logger.info("worker %s stopped", self.host)
         return EXIT_CRASHED if self._crash else EXIT_OK
 
