@@ -31,8 +31,8 @@ from jobwarden import errors
 from jobwarden.controller import events, handlers, specs
 from jobwarden.controller import status as st
 from jobwarden.controller.runtime import Runtime
-from jobwarden.schedules.store import Schedules
-from jobwarden.structs.schedules import ScheduleRecord
+from jobwarden.schedules import validation
+from jobwarden.structs.schedules import ScheduleRecord, ScheduleSpec
 
 logger = logging.getLogger("jobwarden.controller.schedules")
 
@@ -45,13 +45,13 @@ RUN_NOW_ANNOTATION = "jobwarden.io/run-now"
 ACTIVE_SHOWN = 10
 
 
-def row_matches(store: Schedules, row: ScheduleRecord, desired: specs.ScheduleSpec) -> bool:
-    """Does the stored row already hold ``desired``? By the store's own ``spec_hash``.
+def row_matches(row: ScheduleRecord, validated: ScheduleSpec) -> bool:
+    """Does the stored row already hold ``validated``? By the store's own ``spec_hash``.
 
     The hash covers what decides the jobs and their timing (not who wrote it, and
     not a manual suspension), exactly the store's notion of "the same schedule".
     """
-    return store.spec_hash(**desired.store_arguments()) == row.spec_hash
+    return validated.spec_hash == row.spec_hash
 
 
 def view_of(row: ScheduleRecord) -> st.ScheduleView:
@@ -89,14 +89,17 @@ class ScheduleReconciler:
             return "invalid"
         store = self.runtime.client.schedules
         try:
+            # Validated once: the hash to compare and the definition to store come from
+            # this one call (the store applies it without validating it again).
+            validated = validation.validate(row_name, **desired.store_arguments(),
+                                            source=self.runtime.source)
             row = store.get(row_name)
             action = st.decide_schedule(
                 row_exists=row is not None, row_source=row.source if row is not None else None,
-                row_matches=row is not None and row_matches(store, row, desired),
+                row_matches=row is not None and row_matches(row, validated),
                 our_source=self.runtime.source)
             if action in ("create", "update"):
-                row = store.upsert(row_name, **desired.store_arguments(),
-                                   source=self.runtime.source)
+                row = store.apply(validated)
                 logger.info("%s schedule %s (%s) [%s]", "created" if action == "create"
                             else "updated", row_name, desired.describe(), trigger)
         except errors.DatabaseUnavailable as exc:

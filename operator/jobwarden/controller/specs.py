@@ -176,8 +176,13 @@ def _job(reader: _Reader) -> JobTemplate:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ScheduleSpec:
-    """A valid ``JobSchedule`` spec, in the schedule store's vocabulary."""
+class JobScheduleSpec:
+    """A valid ``JobSchedule`` resource spec, in the schedule store's vocabulary.
+
+    Not the store's :class:`~jobwarden.structs.schedules.ScheduleSpec` (a validated
+    schedule row): :func:`jobwarden.schedules.validation.validate` turns this one's
+    :meth:`store_arguments` into that, once per reconciliation.
+    """
 
     cron: str | None
     interval: str | None
@@ -211,7 +216,7 @@ class ScheduleSpec:
         return f"{self.job.job_class} {when}"
 
 
-def parse_job_schedule(spec: Mapping[str, Any] | None) -> ScheduleSpec:
+def parse_job_schedule(spec: Mapping[str, Any] | None) -> JobScheduleSpec:
     """Validate a JobSchedule spec completely; raise :class:`SpecError` on the first fault."""
     reader = _Reader(spec, SCHEDULE_FIELDS)
     cron = reader.string("schedule")
@@ -245,7 +250,7 @@ def parse_job_schedule(spec: Mapping[str, Any] | None) -> ScheduleSpec:
         raise SpecError("catchUp", str(exc)) from exc
     overlap = reader.choice("concurrencyPolicy", ("Allow", "Forbid", "Replace"),
                             default="Allow")
-    return ScheduleSpec(
+    return JobScheduleSpec(
         cron=cron, interval=interval, timezone="UTC" if interval is not None else timezone,
         job=_job(reader), catch_up=catch_up,  # type: ignore[arg-type]
         catch_up_window_seconds=window, catch_up_max=most,
