@@ -3,14 +3,14 @@
 A worker's maintenance thread (reaper, host refresh and prune, schedules) and
 each of the operator's loops (schedules, reaper, gauges, each under a database
 lease) used to keep their own copy of "run this every N seconds, with jitter,
-never throw". :class:`PeriodicRunner` is that one copy:
+never throw". :class:`TaskLoop` is that one copy:
 
 - each :class:`PeriodicTask` runs every ``interval`` seconds, counted from the
   end of its previous pass (a slow pass never makes passes run back to back),
   jittered by +-10 % so a fleet started together spreads out; the first pass
   comes within ``first_delay`` (default: a random moment in the first
   ``min(interval, 2)`` seconds);
-- ``interval`` may change while the runner runs; 0 retires the task;
+- ``interval`` may change while the loop runs; 0 retires the task;
 - a task may have a ``gate`` (the operator's loop lease): a pass runs only when
   the gate says so, else ``standby`` runs (give up what only the holder does);
   a gate handles its own errors (one that raises counts as "no");
@@ -30,11 +30,11 @@ from collections.abc import Callable, Sequence
 
 from jobwarden import errors
 
-__all__ = ["PeriodicRunner", "PeriodicTask"]
+__all__ = ["PeriodicTask", "TaskLoop"]
 
 logger = logging.getLogger("jobwarden.looping")
 
-#: The longest a runner sleeps before it looks at its tasks again (intervals may change).
+#: The longest a loop sleeps before it looks at its tasks again (intervals may change).
 TICK_SECONDS = 0.2
 
 
@@ -56,7 +56,7 @@ class PeriodicTask:
     next_at: float = 0.0
 
 
-class PeriodicRunner:
+class TaskLoop:
     """Runs tasks on the calling thread until ``stop`` is set."""
 
     def __init__(self, tasks: Sequence[PeriodicTask], *, stop: threading.Event,

@@ -34,7 +34,7 @@ from typing import Any
 from jobwarden import errors, leases, metrics, reaper
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
-from jobwarden.looping import PeriodicRunner, PeriodicTask
+from jobwarden.looping import PeriodicTask, TaskLoop
 from jobwarden.schedules import runner
 from jobwarden.structs.states import JobStatus
 
@@ -133,9 +133,9 @@ class Periodic:
 
     def start(self) -> None:
         for loop in self.loops:
-            runner = PeriodicRunner([self.tasks[loop.name]], stop=self._stop,
+            task_loop = TaskLoop([self.tasks[loop.name]], stop=self._stop,
                                     db_state=self.runtime.health.database, report_success=True)
-            thread = threading.Thread(target=runner.run, daemon=True,
+            thread = threading.Thread(target=task_loop.run, daemon=True,
                                       name=f"jobwarden-operator-{loop.name}")
             thread.start()
             self._threads.append(thread)

@@ -51,7 +51,12 @@ def failure_from(exc: BaseException, attempt: Attempt) -> Outcome:
     return Failed(error=describe(exc), reason="error", exception=exc)
 
 
-class Runner(Protocol):
+class Isolation(Protocol):
+    """How an attempt's code runs (``--isolation``): in the slot's thread, or a child process.
+
+    Not called a runner: in Jobwarden "runner" means the schedule runner only.
+    """
+
     def run(self, attempt: Attempt, job_class: type[definitions.Job],
             context: AttemptContext) -> Outcome: ...
 
@@ -105,7 +110,7 @@ class AsyncLoop:
         self._thread.join(timeout=5.0)
 
 
-class ThreadRunner:
+class ThreadIsolation:
     """Runs attempts in the calling slot thread (async jobs on the shared loop)."""
 
     def __init__(self) -> None:

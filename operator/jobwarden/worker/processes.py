@@ -113,7 +113,7 @@ class _Child:
         self.conn.close()
 
 
-class ProcessRunner:
+class ProcessIsolation:
     def __init__(self, *, apps: list[str], dsn: str | None, schema: str,
                  heartbeat_grace: float) -> None:
         self._apps = apps
@@ -188,6 +188,6 @@ class ProcessRunner:
             child.kill()
 
 
-def child_pids(runner: ProcessRunner) -> list[int]:
+def child_pids(isolation: ProcessIsolation) -> list[int]:
     """For tests and status: the pids of the live children."""
-    return [c.process.pid for c in runner._children.values() if c.process.pid]
+    return [c.process.pid for c in isolation._children.values() if c.process.pid]

@@ -40,7 +40,7 @@ from jobwarden import definitions, errors, logfields, metrics, reaper
 from jobwarden.db.database import Database, channel_name
 from jobwarden.db.hosts import HOSTS_TOPIC
 from jobwarden.health import HealthServer
-from jobwarden.looping import PeriodicRunner
+from jobwarden.looping import TaskLoop
 from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.states import JobStatus
@@ -123,14 +123,15 @@ class Worker:
         self._db_ok = False
         self._db_lock = threading.Lock()
         self._shutdown_lock = threading.Lock()
-        self.runner: execution.Runner
+        self.isolation: execution.Isolation
         if settings.isolation == "process":
-            from jobwarden.worker.processes import ProcessRunner
+            from jobwarden.worker.processes import ProcessIsolation
 
-            self.runner = ProcessRunner(apps=list(settings.apps), dsn=db.dsn, schema=db.schema,
-                                        heartbeat_grace=settings.heartbeat_grace)
+            self.isolation = ProcessIsolation(apps=list(settings.apps), dsn=db.dsn,
+                                              schema=db.schema,
+                                              heartbeat_grace=settings.heartbeat_grace)
         else:
-            self.runner = execution.ThreadRunner()
+            self.isolation = execution.ThreadIsolation()
         self.recorder = Recorder(db, on_recorded=self._recorded, backoff=backoff,
                                  result_max_bytes=settings.result_max_bytes,
                                  db_state=self._set_db_state,
@@ -408,7 +409,7 @@ class Worker:
             running.inc()
             started = time.perf_counter()
             try:
-                return self.runner.run(attempt, job_class, context)
+                return self.isolation.run(attempt, job_class, context)
             finally:
                 running.dec()
                 metrics.JOB_DURATION.labels(claim.queue, claim.job_class).observe(
@@ -431,7 +432,7 @@ class Worker:
     def _time_out(self, attempt: Attempt) -> None:
         """An attempt ran past its hard deadline: a failed attempt, and its code stopped."""
         self._submit(attempt, execution.failure_from(errors.JobTimeout("timeout"), attempt))
-        self.runner.interrupt(attempt)
+        self.isolation.interrupt(attempt)
 
     def _heartbeat_loop(self) -> None:
         next_beat = time.monotonic() + self.settings.heartbeat_interval
@@ -451,7 +452,7 @@ class Worker:
             return attempt.claim.id in self._active
 
     def _maintenance_loop(self) -> None:
-        PeriodicRunner(self.periodic, stop=self._stopping, db_state=self._set_db_state).run()
+        TaskLoop(self.periodic, stop=self._stopping, db_state=self._set_db_state).run()
 
     def _outcomes_written(self) -> None:
         """The recorder wrote outcomes: their slots, and units of a host cap, are free.
@@ -555,7 +556,7 @@ class Worker:
         self._stopped.set()
         if self.http is not None:
             self.http.close()
-        self.runner.close()
+        self.isolation.close()
         self._call_all("on_stopped")
         self.outcomes.close()
         logger.info("worker %s stopped", self.host)
