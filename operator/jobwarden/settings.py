@@ -10,6 +10,7 @@ import dataclasses
 import math
 import os
 import socket
+from collections.abc import Mapping
 from typing import Literal
 
 from jobwarden import errors
@@ -38,14 +39,17 @@ def env_dsn() -> str | None:
 
 
 def env_number(name: str, default: float, *, integer: bool = False,
-               allow_zero: bool = False) -> float:
+               allow_zero: bool = False, minimum: float | None = None,
+               env: Mapping[str, str] | None = None) -> float:
     """A number from the environment (``default`` when unset or blank).
 
-    The one parser of numeric ``JOBWARDEN_*`` settings: a value that is not a
-    finite number, or is negative (or zero, unless ``allow_zero``), is a
-    :class:`~jobwarden.errors.ConfigurationError` naming the variable.
+    The one parser of numeric ``JOBWARDEN_*`` settings (worker, tick, hosts,
+    operator): a value that is not a finite number, or is negative (or zero,
+    unless ``allow_zero``), or below ``minimum`` when one is given, is a
+    :class:`~jobwarden.errors.ConfigurationError` naming the variable. ``env``
+    reads another mapping than ``os.environ`` (the operator's tests).
     """
-    raw = os.environ.get(name, "").strip()
+    raw = (os.environ if env is None else env).get(name, "").strip()
     if not raw:
         return default
     try:
@@ -53,6 +57,10 @@ def env_number(name: str, default: float, *, integer: bool = False,
     except ValueError as exc:
         kind = "a whole number" if integer else "a number"
         raise errors.ConfigurationError(f"{name} must be {kind}, not {raw!r}") from exc
+    if minimum is not None:
+        if not (math.isfinite(value) and value >= minimum):
+            raise errors.ConfigurationError(f"{name} must be at least {minimum}, not {raw!r}")
+        return value
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
         raise errors.ConfigurationError(
             f"{name} must be a {'non-negative' if allow_zero else 'positive'} number")

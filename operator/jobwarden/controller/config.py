@@ -15,21 +15,11 @@ import os
 import socket
 from collections.abc import Mapping
 
-from jobwarden import errors
+from jobwarden import errors, settings
 
 
 def _float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.05) -> float:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = float(raw)
-    except ValueError as exc:
-        raise errors.ConfigurationError(f"{name} must be a number of seconds, not {raw!r}") \
-            from exc
-    if not value >= minimum:
-        raise errors.ConfigurationError(f"{name} must be at least {minimum}, not {raw!r}")
-    return value
+    return settings.env_number(name, default, minimum=minimum, env=env)
 
 
 def _csv(raw: str) -> tuple[str, ...]:
