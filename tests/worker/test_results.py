@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import jobwarden
-from jobwarden.worker.recorder import cap_result
+from jobwarden.worker.results import cap_result
 from jobwarden.worker.worker import Worker
 from tests.support.waiting import wait_for
 

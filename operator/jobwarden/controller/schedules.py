@@ -131,7 +131,7 @@ class ScheduleReconciler:
         return result
 
     def _cronjob_parity(self, body: kopf.Body, row: ScheduleRecord,
-                        desired: specs.ScheduleSpec, status: dict[str, Any], *,
+                        desired: specs.JobScheduleSpec, status: dict[str, Any], *,
                         previous: dict[str, Any], row_name: str,
                         now: dt.datetime) -> list[st.Event]:
         """What a CronJob user expects (in place on ``status``): ``active``,

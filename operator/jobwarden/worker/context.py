@@ -19,6 +19,7 @@ from jobwarden import errors
 from jobwarden.definitions import Job
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.policies import FailureReason, ReleaseReason
+from jobwarden.worker.results import cap_result
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Database
@@ -119,8 +120,6 @@ class AttemptContext:
         if self._db is None:
             raise errors.ConfigurationError(
                 "complete_in_transaction needs the worker's database (not available here)")
-        from jobwarden.worker.recorder import cap_result
-
         claim = self.attempt.claim
         if not self._db.jobs.complete_in(conn, job_id=claim.id, claim_token=claim.claim_token,
                                          result=cap_result(result, self._result_max_bytes)):
