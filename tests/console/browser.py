@@ -42,6 +42,7 @@ def serve(client: jobwarden.Client, settings: ConsoleSettings) -> Iterator[str]:
     """The console on a free loopback port, in a thread; yields its base URL."""
     app = build_app(client, settings)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as uvicorn does itself
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False,

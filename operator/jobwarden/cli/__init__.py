@@ -46,6 +46,7 @@ COMMAND_MODULES = [
     "jobwarden.cli.leases",
     "jobwarden.cli.queues",
     "jobwarden.cli.console",
+    "jobwarden.cli.top",
 ]
 
 _ERROR_CODES: list[tuple[type[BaseException], int]] = [

@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from jobwarden import errors, settings
-from jobwarden.cli import EXIT_INTERRUPTED, EXIT_OK, arguments
+from jobwarden.cli import EXIT_INTERRUPTED, EXIT_OK, arguments, liveview
 from jobwarden.client import Client
-from jobwarden.structs.states import JobStatus
 
 
 def register(subparsers: Any) -> None:
@@ -101,27 +100,6 @@ def _feed(client: Client, rate: float, stop: threading.Event) -> None:
             client.enqueue(job, data())
         except errors.DatabaseUnavailable:
             stop.wait(1.0)
-
-
-def _render(stats: dict[str, dict[str, int]], running: list[Any], rate: float,
-            ports: list[int], elapsed: float) -> str:
-    totals = {s.value: sum(q[s.value] for q in stats.values()) for s in JobStatus}
-    lines = [
-        f"jobwarden dev - {elapsed:6.0f}s - {rate:7.1f} jobs/s completed",
-        "",
-        "outcomes: " + "  ".join(f"{k}={v}" for k, v in totals.items()),
-        "",
-        "queue        " + " ".join(f"{s.value[:11]:>11}" for s in JobStatus),
-    ]
-    for queue, counts in sorted(stats.items()):
-        lines.append(f"{queue:<12} " + " ".join(f"{counts[s.value]:>11}" for s in JobStatus))
-    lines += ["", f"running ({len(running)}):"]
-    for job in running[:8]:
-        lines.append(f"  #{job.id:<8} {job.job_class:<36} attempt {job.attempts} on "
-                     f"{job.claimed_by}")
-    lines += ["", "metrics: " + "  ".join(f"http://127.0.0.1:{p}/metrics" for p in ports),
-              "Ctrl-C to stop"]
-    return "\n".join(lines)
 
 
 def _database_name(dsn: str) -> str:
@@ -208,15 +186,12 @@ def cmd_dev(args: argparse.Namespace) -> int:
         feeder = threading.Thread(target=_feed, args=(client, args.rate, stop), daemon=True)
         feeder.start()
         started = time.monotonic()
-        last_done, last_time = None, started
+        live = liveview.LiveView(client, title="jobwarden dev", footer=[
+            "metrics: " + "  ".join(f"http://127.0.0.1:{p}/metrics" for p in ports),
+            "Ctrl-C to stop"])
         while not stop.wait(1.0):
             now = time.monotonic()
-            stats = client.stats()
-            done = sum(q["completed"] for q in stats.values())
-            rate = 0.0 if last_done is None else (done - last_done) / (now - last_time)
-            last_done, last_time = done, now
-            running = client.jobs(status=JobStatus.PROCESSING, limit=8)
-            screen = _render(stats, running, rate, ports, now - started)
+            screen = live.frame()
             if not view:
                 print(screen.splitlines()[0] + " | " + screen.splitlines()[2], flush=True)
             else:
