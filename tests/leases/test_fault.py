@@ -2,11 +2,12 @@
 
 Five processes contend for one lease (ttl 0.5 s) for up to 2,000 critical
 sections (at least 200, within 55 s of contention) while the test SIGKILLs
-holders (and starts replacements) and SIGSTOPs them for up to 1.2 s (longer than the ttl, so their lease lapses and is
-taken over while they are frozen). Each critical section is recorded from inside
-with the database clock; a section whose release found the lease still its own
-is *valid*. No two valid sections may overlap, and their fencing tokens must
-strictly increase in time order.
+holders (and starts replacements) and SIGSTOPs them for up to 1.2 s (longer
+than the ttl, so their lease lapses and is taken over while they are frozen).
+Each critical section is recorded from inside with the database clock; a
+section whose release found the lease still its own is *valid*. No two valid
+sections may overlap, and their fencing tokens must strictly increase in time
+order.
 """
 
 from __future__ import annotations
