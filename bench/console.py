@@ -72,8 +72,8 @@ def fill(dsn: str, jobs: int) -> float:
     with psycopg.connect(dsn, autocommit=True) as conn:
         for start in range(1, jobs + 1, 200_000):
             end = min(start + 199_999, jobs)
-            conn.execute(FILL, {"start": start, "end": end, "n": jobs})  # type: ignore[arg-type]
-        conn.execute(HISTORY)  # type: ignore[arg-type]
+            conn.execute(FILL, {"start": start, "end": end, "n": jobs})
+        conn.execute(HISTORY)
         conn.execute("VACUUM ANALYZE jobwarden.jobs")
         conn.execute("VACUUM ANALYZE jobwarden.job_attempts")
     return time.perf_counter() - started
