@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from jobwarden import tracing
 from jobwarden.db.database import Database
 from jobwarden.exclusive import ExclusiveJobs
 from jobwarden.membership import HostMembership
@@ -64,6 +65,8 @@ def build_worker(db: Database, settings: WorkerSettings, *,
     if settings.http_port is not None:
         factories.append(lambda worker: TickExtension(worker,
                                                       run_schedules=schedules.tick_pass))
+    if tracing.enabled():  # outermost: the attempt's span covers lease waits too
+        factories.insert(0, tracing.TracingExtension)
     return Worker(db, settings, extensions=[*factories, *extra])
 
 

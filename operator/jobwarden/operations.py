@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from jobwarden import definitions, errors, metrics, textrules
+from jobwarden import definitions, errors, metrics, textrules, tracing
 from jobwarden.db import jobs as jobs_db
 from jobwarden.db import plans
 from jobwarden.db.database import channel_name
@@ -107,7 +107,17 @@ def enqueue(specs: Sequence[JobSpec], *, schema: str) -> plans.Plan[list[Enqueue
     that is before the commit, so a rolled-back enqueue is still counted.
     """
     channel = channel_name(schema, jobs_db.JOBS_TOPIC)
-    results = yield from jobs_db.insert_plan(specs, channel=channel)
+    span = tracing.enqueue_span(specs)  # None unless OpenTelemetry is installed
+    if span is not None:
+        specs = span.specs  # carrying the span's context into the rows
+    try:
+        results = yield from jobs_db.insert_plan(specs, channel=channel)
+    except BaseException as exc:
+        if span is not None:
+            span.failed(exc)
+        raise
+    if span is not None:
+        span.done(results)
     for item, result in zip(specs, results, strict=True):
         if not result.duplicate:
             metrics.JOBS_ENQUEUED.labels(item.queue, item.job_class).inc()

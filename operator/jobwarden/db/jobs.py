@@ -39,7 +39,7 @@ DONE_TOPIC = "done"
 COPY_MIN_ROWS = 32
 #: The binary types of job_copy's columns, in its order.
 _COPY_TYPES = ("int8", "text", "text", "jsonb", "int4", "timestamptz", "int4", "float8",
-               "bool", "text", "text", "text", "text", "float8")
+               "bool", "text", "text", "text", "text", "float8", "text")
 
 
 def _record(row: Row) -> JobRecord:
@@ -67,13 +67,13 @@ def _keys_distinct(specs: Sequence[JobSpec]) -> bool:
 
 def _claimed(row: Row) -> ClaimedJob:
     (id_, queue, job_class, data, priority, attempts, max_retries, timeout, idempotent, token,
-     lease_name, schedule_name, queue_wait, on_busy, lease_ttl) = row
+     lease_name, schedule_name, queue_wait, on_busy, lease_ttl, trace_context) = row
     return ClaimedJob(
         id=id_, queue=queue, job_class=job_class, data=data, priority=priority,
         attempt=attempts, max_retries=max_retries, timeout_seconds=timeout,
         idempotent=idempotent, claim_token=token, lease_name=lease_name,
         schedule_name=schedule_name, queue_wait_seconds=float(queue_wait),
-        on_busy=on_busy, lease_ttl_seconds=lease_ttl,
+        on_busy=on_busy, lease_ttl_seconds=lease_ttl, trace_context=trace_context,
     )
 
 
@@ -350,7 +350,8 @@ def _copy(specs: Sequence[JobSpec], *, channel: str) -> plans.Plan[list[EnqueueR
             run_at += datetime.timedelta(seconds=s.delay_seconds)
         rows.append((id_, s.queue, s.job_class, Jsonb(s.data), s.priority, run_at,
                      s.max_retries, s.timeout_seconds, s.idempotent, s.unique_key,
-                     s.lease_name, s.schedule_name, s.on_busy, s.lease_ttl_seconds))
+                     s.lease_name, s.schedule_name, s.on_busy, s.lease_ttl_seconds,
+                     s.trace_context))
     yield plans.Copy("job_copy", _COPY_TYPES, rows)
     return [EnqueueResult(id=id_, duplicate=False) for id_ in ids]
 
@@ -373,6 +374,7 @@ def _insert_unnest(specs: Sequence[JobSpec], *,
         "schedule_names": [s.schedule_name for s in specs],
         "on_busys": [s.on_busy for s in specs],
         "lease_ttls": [s.lease_ttl_seconds for s in specs],
+        "trace_contexts": [s.trace_context for s in specs],
         "channel": channel,
     }
     rows = yield from plans.rows("job_insert_many", params)
@@ -413,7 +415,7 @@ def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:
         "idempotent": spec.idempotent, "unique_key": spec.unique_key,
         "lease_name": spec.lease_name, "schedule_name": spec.schedule_name,
         "on_busy": spec.on_busy, "lease_ttl": spec.lease_ttl_seconds,
-        "channel": channel,
+        "trace_context": spec.trace_context, "channel": channel,
     })
     if found:
         return EnqueueResult(id=found[0][0], duplicate=False)

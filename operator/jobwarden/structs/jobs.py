@@ -34,6 +34,8 @@ class JobSpec:
     on_busy: str | None = None
     #: With ``lease_name``: the lease's lifetime without renewal (None = default window).
     lease_ttl_seconds: float | None = None
+    #: The enqueuer's trace context (JSON of W3C headers) when OpenTelemetry is on.
+    trace_context: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -61,6 +63,8 @@ class ClaimedJob:
     queue_wait_seconds: float
     on_busy: str | None = None
     lease_ttl_seconds: float | None = None
+    #: The enqueuer's trace context (see JobSpec), for the attempt's span.
+    trace_context: str | None = None
 
     @property
     def is_last_attempt(self) -> bool:

@@ -14,19 +14,19 @@ WITH input AS (
         %(run_ats)s::timestamptz[], %(delays)s::double precision[], %(max_retries)s::integer[],
         %(timeouts)s::double precision[], %(idempotents)s::boolean[], %(unique_keys)s::text[],
         %(lease_names)s::text[], %(schedule_names)s::text[], %(on_busys)s::text[],
-        %(lease_ttls)s::double precision[]
+        %(lease_ttls)s::double precision[], %(trace_contexts)s::text[]
     ) WITH ORDINALITY AS i(queue, job_class, data, priority, run_at, delay, max_retries,
                            timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
-                           on_busy, lease_ttl_seconds, ord)
+                           on_busy, lease_ttl_seconds, trace_context, ord)
 ),
 inserted AS (
     INSERT INTO {schema}.jobs (id, queue, job_class, data, priority, run_at, max_retries,
                                timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
-                               on_busy, lease_ttl_seconds)
+                               on_busy, lease_ttl_seconds, trace_context)
     SELECT id, queue, job_class, data, priority,
            coalesce(run_at, now()) + make_interval(secs => coalesce(delay, 0)),
            max_retries, timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
-           on_busy, lease_ttl_seconds
+           on_busy, lease_ttl_seconds, trace_context
     FROM input ORDER BY ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -45,11 +45,11 @@ ORDER BY input.ord;
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, job_class, data, priority, run_at, max_retries,
                                timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
-                               on_busy, lease_ttl_seconds)
+                               on_busy, lease_ttl_seconds, trace_context)
     VALUES (%(queue)s, %(job_class)s, %(data)s, %(priority)s,
             coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s),
             %(max_retries)s, %(timeout)s, %(idempotent)s, %(unique_key)s, %(lease_name)s,
-            %(schedule_name)s, %(on_busy)s, %(lease_ttl)s)
+            %(schedule_name)s, %(on_busy)s, %(lease_ttl)s, %(trace_context)s)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ),
@@ -77,7 +77,7 @@ SELECT now(),
 -- (see JobsTable.insert_many).
 COPY {schema}.jobs (id, queue, job_class, data, priority, run_at, max_retries, timeout_seconds,
                     idempotent, unique_key, lease_name, schedule_name, on_busy,
-                    lease_ttl_seconds)
+                    lease_ttl_seconds, trace_context)
 FROM STDIN (FORMAT BINARY);
 
 -- name: job_ids_by_unique_key
@@ -113,7 +113,7 @@ SELECT unique_key, id FROM {schema}.jobs WHERE unique_key = ANY(%(unique_keys)s:
     RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
               j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
               greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
-              j.on_busy, j.lease_ttl_seconds
+              j.on_busy, j.lease_ttl_seconds, j.trace_context
 ),
 durability AS (
     SELECT set_config('synchronous_commit',
@@ -162,7 +162,7 @@ WHERE j.status = 'processing' AND j.claimed_by = %(host)s
 RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
           j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
           greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
-          j.on_busy, j.lease_ttl_seconds;
+          j.on_busy, j.lease_ttl_seconds, j.trace_context;
 
 -- name: job_claim_outcomes
 -- What became of claims whose outcome write matched nothing: the rows that still

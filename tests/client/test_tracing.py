@@ -1,0 +1,104 @@
+"""OpenTelemetry: an enqueue span, and each attempt's span as its child (in-memory exporter)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+
+import psycopg
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import jobwarden
+from jobwarden import tracing
+from jobwarden.worker.worker import Worker
+from tests.support import testjobs
+from tests.support.waiting import wait_for
+
+_EXPORTER = InMemorySpanExporter()
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    if not isinstance(trace.get_tracer_provider(), TracerProvider):
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(_EXPORTER))
+        trace.set_tracer_provider(provider)
+    _EXPORTER.clear()
+    yield _EXPORTER
+    _EXPORTER.clear()
+
+
+def stored_context(dsn: str, job_id: int) -> str | None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT trace_context FROM jobwarden.jobs WHERE id = %s",
+                           (job_id,)).fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
+def named(exporter: InMemorySpanExporter, prefix: str) -> list[ReadableSpan]:
+    return [s for s in exporter.get_finished_spans() if s.name.startswith(prefix)]
+
+
+def test_the_attempt_span_is_a_child_of_the_enqueue_span(
+        client: jobwarden.Client, spans: InMemorySpanExporter, dsn: str,
+        start_worker: Callable[..., Worker]) -> None:
+    tracer = trace.get_tracer("app")
+    with tracer.start_as_current_span("request") as request:
+        ok = client.enqueue(testjobs.add, {"a": 1, "b": 1})
+    bad = client.enqueue(testjobs.Hooked, {"fail": True})
+    (enqueue_ok, enqueue_bad) = named(spans, "jobwarden.enqueue")
+    assert enqueue_ok.parent is not None
+    assert enqueue_ok.parent.span_id == request.get_span_context().span_id
+    assert enqueue_ok.attributes is not None and enqueue_ok.attributes["jobwarden.job.id"] == ok.id
+    stored = json.loads(stored_context(dsn, ok.id) or "{}")
+    assert f"{enqueue_ok.context.trace_id:032x}" in stored["traceparent"]
+
+    start_worker(apps=["tests.support.testjobs"])
+    assert client.wait(ok.id, timeout=30) == 2
+    with pytest.raises(jobwarden.JobFailed):
+        client.wait(bad.id, timeout=30)
+    wait_for(lambda: len(named(spans, "jobwarden.attempt")) == 2, message="attempt spans")
+    attempts = {s.attributes["jobwarden.job.id"]: s for s in named(spans, "jobwarden.attempt")
+                if s.attributes is not None}
+    for enqueued, parent in ((ok, enqueue_ok), (bad, enqueue_bad)):
+        span = attempts[enqueued.id]
+        assert span.parent is not None and span.parent.span_id == parent.context.span_id
+        assert span.context.trace_id == parent.context.trace_id
+        assert span.kind is trace.SpanKind.CONSUMER
+    assert dict(attempts[ok.id].attributes or {}) == {
+        "messaging.system": "jobwarden", "messaging.operation": "process",
+        "jobwarden.job.id": ok.id, "jobwarden.job.class": testjobs.add.path(),
+        "jobwarden.job.queue": "default", "jobwarden.job.attempt": 1,
+        "jobwarden.job.outcome": "succeeded"}
+    failed = attempts[bad.id]
+    assert (failed.attributes or {})["jobwarden.job.outcome"] == "failed:error"
+    assert failed.status.status_code is trace.StatusCode.ERROR
+
+
+def test_a_batch_is_one_span_and_every_row_carries_its_context(
+        client: jobwarden.Client, spans: InMemorySpanExporter, dsn: str) -> None:
+    results = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(40)])  # COPY path
+    (span,) = named(spans, "jobwarden.enqueue")
+    assert (span.attributes or {})["jobwarden.batch.size"] == 40
+    contexts = {stored_context(dsn, r.id) for r in results[::13]}
+    assert len(contexts) == 1 and f"{span.context.trace_id:032x}" in (contexts.pop() or "")
+
+
+def test_without_opentelemetry_nothing_is_traced_or_stored(
+        client: jobwarden.Client, monkeypatch: pytest.MonkeyPatch, dsn: str) -> None:
+    monkeypatch.setattr(tracing, "trace", None)
+    assert tracing.enqueue_span([]) is None
+    enqueued = client.enqueue(testjobs.Record, None)
+    assert stored_context(dsn, enqueued.id) is None
+    # And the package imports and builds workers with the API absent altogether.
+    code = ("import sys; sys.modules['opentelemetry'] = None\n"
+            "import jobwarden, jobwarden.assembly, jobwarden.tracing as t\n"
+            "assert not t.enabled()\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
