@@ -119,6 +119,8 @@ def _recent_warnings(paths: list[Path], limit: int = 5) -> list[str]:
             continue
         found.extend(f"{path.stem}: {line}" for line in lines
                      if " WARNING " in line or " ERROR " in line)
+    # In time order across the workers (each line starts with its timestamp).
+    found.sort(key=lambda line: line.split(": ", 1)[1])
     return found[-limit:]
 
 
