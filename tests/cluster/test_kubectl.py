@@ -73,6 +73,12 @@ def test_every_documented_example_applies_and_reads_back(realkube: RealCluster):
     header = table.splitlines()[0].split()
     assert header[:3] == ["NAME", "SCHEDULE", "INTERVAL"], table
     assert "<invalid>" not in table
+    # Next Run is a future time: readable (an RFC 3339 time), never "<invalid>".
+    realkube.api.patch("jobschedules", "nightly-invoices", {"status": {
+        "nextRun": "2099-01-01T02:30:00Z", "lastSlot": "2020-01-01T02:30:00Z"}}, ns,
+        subresource="status")
+    table = realkube.kubectl("get", "js", "nightly-invoices", "-n", ns)
+    assert "<invalid>" not in table and "2099-01-01T02:30:00Z" in table, table
     wide = realkube.kubectl("get", "js", "-n", ns, "-o", "wide")
     assert "billing.jobs:SendInvoices" in wide
     described = realkube.kubectl("describe", "wp", "billing-workers", "-n", ns)
@@ -109,6 +115,11 @@ def test_invalid_specs_are_refused_at_apply_with_the_crd_message(realkube: RealC
     interval = copy.deepcopy(SCHEDULE)
     interval["spec"]["interval"] = "5 minutes"
     assert "spec.interval" in refused(realkube, interval)
+
+    cron = copy.deepcopy(SCHEDULE)
+    del cron["spec"]["interval"]
+    cron["spec"]["schedule"] = "every day at noon"
+    assert "spec.schedule" in refused(realkube, cron)
 
     job_class = copy.deepcopy(SCHEDULE)
     job_class["spec"]["job"]["class"] = "not a class"
