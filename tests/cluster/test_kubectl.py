@@ -36,9 +36,13 @@ def documented_examples() -> list[dict[str, Any]]:
 
 def install_crds(realkube: RealCluster) -> None:
     realkube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    realkube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                     "crd/workerpools.jobwarden.io", "crd/jobschedules.jobwarden.io",
-                     "crd/exclusivejobs.jobwarden.io")
+    # Polled, not `kubectl wait`: that errors out while a new CRD has no conditions yet.
+    for name in ("workerpools", "jobschedules", "exclusivejobs"):
+        realkube.wait(lambda name=name: any(
+            c["type"] == "Established" and c["status"] == "True"
+            for c in ((realkube.api.get("customresourcedefinitions", f"{name}.jobwarden.io",
+                                        None) or {}).get("status") or {}).get("conditions")
+            or []), timeout=60, what=f"{name} Established")
 
 
 def into(realkube: RealCluster, manifest: dict[str, Any]) -> dict[str, Any]:
