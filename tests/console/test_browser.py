@@ -22,10 +22,9 @@ if browser_paths() is None:
     pytest.skip("chromium/chromedriver not installed: browser tests skipped",
                 allow_module_level=True)
 
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support import expected_conditions
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
@@ -103,10 +102,19 @@ def seeded(client: jobwarden.Client, db: Database) -> dict[str, int]:
     return {"failed": failed, "xss": xss, "mail": mail[0]}
 
 
-def _navigate(browser: WebDriver, button: WebElement) -> None:
-    """Click something that loads a new page, and wait until the new page is there."""
+def _navigate(browser: WebDriver, by: str, value: str) -> None:
+    """Click what ``(by, value)`` finds, which loads a new page; wait for that page.
+
+    The element is looked up at the click: the live refresh may have swapped it
+    for an identical fresh one meanwhile (then the lookup is retried).
+    """
     page = browser.find_element(By.TAG_NAME, "html")
-    button.click()
+
+    def click(driver: WebDriver) -> bool:
+        driver.find_element(by, value).click()
+        return True
+
+    WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,)).until(click)
     WebDriverWait(browser, 20).until(expected_conditions.staleness_of(page))
     WebDriverWait(browser, 20).until(
         lambda b: b.execute_script("return document.readyState") == "complete")
@@ -145,12 +153,13 @@ def test_filter_then_open_a_job(browser: WebDriver, console_url: str,
     browser.get(console_url + "/jobs")
     browser.find_element(By.CSS_SELECTOR, "input[name=status][value=failed]").click()
     browser.find_element(By.NAME, "queue").send_keys("billing")
-    _navigate(browser, browser.find_element(By.ID, "apply"))
-    rows = browser.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")
-    assert len(rows) == 3
-    assert {r.find_element(By.CSS_SELECTOR, ".st").text for r in rows} == {"failed"}
+    _navigate(browser, By.ID, "apply")
+    statuses = browser.execute_script(
+        "return Array.from(document.querySelectorAll('#jobs tbody tr[data-job] .st'))"
+        ".map(e => e.textContent)")
+    assert statuses == ["failed"] * 3
     _shot(browser, screenshots, "jobs-filtered")
-    _navigate(browser, rows[0].find_element(By.TAG_NAME, "a"))
+    _navigate(browser, By.CSS_SELECTOR, "#jobs tbody tr[data-job] a")
     assert browser.find_element(By.ID, "job-status").text == "failed"
     assert "KeyError" in browser.find_element(By.ID, "attempts").text
 
@@ -159,7 +168,7 @@ def test_retry_a_failed_job(browser: WebDriver, console_url: str, client: jobwar
                             seeded: dict[str, int]) -> None:
     job_id = seeded["failed"]
     browser.get(f"{console_url}/jobs/{job_id}")
-    _navigate(browser, browser.find_element(By.XPATH, "//button[text()='Retry']"))
+    _navigate(browser, By.XPATH, "//button[text()='Retry']")
     assert "will run again" in browser.find_element(By.CLASS_NAME, "notice").text
     assert browser.find_element(By.ID, "job-status").text == "pending"
     assert client.job(job_id).status is JobStatus.PENDING
@@ -168,10 +177,9 @@ def test_retry_a_failed_job(browser: WebDriver, console_url: str, client: jobwar
 def test_pause_a_queue(browser: WebDriver, console_url: str, client: jobwarden.Client,
                        seeded: dict[str, int], screenshots: Path) -> None:
     browser.get(console_url + "/queues")
-    row = browser.find_element(By.CSS_SELECTOR, "tr[data-queue=mail]")
-    _navigate(browser, row.find_element(By.XPATH, ".//button[text()='Pause']"))
-    row = browser.find_element(By.CSS_SELECTOR, "tr[data-queue=mail]")
-    assert "paused" in row.text
+    _navigate(browser, By.XPATH, "//tr[@data-queue='mail']//button[text()='Pause']")
+    assert "paused" in browser.execute_script(
+        "return document.querySelector('tr[data-queue=mail]').textContent")
     assert {q.queue: q.paused for q in client.queues()}["mail"] is True
     _shot(browser, screenshots, "queues-paused")
 
@@ -181,12 +189,12 @@ def test_bulk_cancel_asks_for_confirmation(browser: WebDriver, console_url: str,
                                            screenshots: Path) -> None:
     browser.get(console_url + "/jobs?queue=mail")
     Select(browser.find_element(By.ID, "bulk-action")).select_by_value("cancel")
-    _navigate(browser, browser.find_element(By.ID, "bulk-preview"))
+    _navigate(browser, By.ID, "bulk-preview")
     assert browser.find_element(By.ID, "confirm-count").text.startswith("3 job(s)")
     _shot(browser, screenshots, "bulk-confirm")
     mail = jobwarden.structs.search.JobFilter(queue="mail")
     assert {j.status for j in client.search(mail)} == {JobStatus.PENDING}
-    _navigate(browser, browser.find_element(By.ID, "confirm-yes"))
+    _navigate(browser, By.ID, "confirm-yes")
     assert "3 job(s) cancelled" in browser.find_element(By.CLASS_NAME, "notice").text
     assert {j.status for j in client.search(mail)} == {JobStatus.CANCELLED}
     assert client.job(seeded["xss"]).status is JobStatus.PENDING
@@ -212,7 +220,7 @@ def test_an_action_without_the_csrf_token_is_refused(browser: WebDriver, console
     browser.get(f"{console_url}/jobs/{job_id}")
     browser.execute_script(
         "document.querySelectorAll('input[name=csrf]').forEach(e => e.remove())")
-    _navigate(browser, browser.find_element(By.XPATH, "//button[text()='Retry']"))
+    _navigate(browser, By.XPATH, "//button[text()='Retry']")
     assert "security token" in browser.find_element(By.ID, "error").text
     assert client.job(job_id).status is JobStatus.FAILED
 
