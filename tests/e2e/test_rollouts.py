@@ -155,8 +155,11 @@ def test_a_killed_worker_s_pod_is_replaced_and_its_jobs_reaped(cluster: Cluster)
     (victim,) = start_pool(cluster, replicas=1)
     retried = cluster.client.enqueue("tests.support.testjobs:Sleepy", {"seconds": 30}).id
     once = cluster.client.enqueue("tests.support.testjobs:SleepyOnce", {"seconds": 30}).id
-    cluster.wait(lambda: all(cluster.client.job(i).status is JobStatus.PROCESSING
-                             for i in (retried, once)), timeout=60, what="both jobs running")
+    # Running means the job's code has begun (its "start" audit row), not merely
+    # claimed: a kill between the claim and the first line of perform() would leave
+    # the non-idempotent job interrupted without ever having started.
+    cluster.wait(lambda: {r[0] for r in audit_rows(cluster.dsn, "start")} >= {retried, once},
+                 timeout=60, what="both jobs running")
     assert {cluster.client.job(i).claimed_by for i in (retried, once)} == {victim}
 
     cluster.kubelet.kill(victim)
