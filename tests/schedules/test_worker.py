@@ -37,6 +37,16 @@ def test_replace_stops_the_running_previous_run_through_its_heartbeat(
                             job_class="tests.support.schedulejobs:RunUntilCancelled",
                             data={"seconds": 30}, now=T0)
     start_worker(apps=("tests.support.schedulejobs",), schedule_check_seconds=0)
+    # The worker syncs the code schedules of its app (code-cleanup, code-nightly) at
+    # its first periodic pass; this test's passes run in 2030, when those are due too.
+    # Wait for that sync and suspend them, so the passes below see only "replace"
+    # whenever the sync happens (under load it came between the two passes, and the
+    # second report counted code-cleanup's slot as well).
+    wait_for(lambda: {"code-cleanup", "code-nightly"}
+             <= {s.name for s in client.schedules.list()}, timeout=30,
+             message="the worker synced its app's code schedules")
+    for name in ("code-cleanup", "code-nightly"):
+        client.schedules.suspend(name)
     client.schedules.enqueue_due(now=T0 + dt.timedelta(seconds=31))
     [first] = client.jobs()
     wait_for(lambda: audit_rows(dsn, "start"), message="the first run started")

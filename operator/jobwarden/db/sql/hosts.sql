@@ -66,22 +66,30 @@ ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stopping = false;
 -- Every few seconds from each live process: it and its host were seen now. Returns
 -- the host's state as the claim will judge it; no row means this process (or its
 -- host) was pruned meanwhile and must register again.
-WITH seen AS (
-    UPDATE {schema}.workers SET last_seen_at = now()
-    WHERE id = %(worker)s
-    RETURNING host
-),
-touched AS (
+-- Lock order: the hosts row first, then the workers row -- the order of
+-- registration (host_upsert, then worker_insert) and of the capped claim
+-- (host_claim_lock). Updating workers first deadlocked with a registration of
+-- the same process running on another thread (the claim gate re-registers after
+-- a prune while the refresh task does too). `seen` reads `touched`, so the
+-- hosts row is locked before the workers row is.
+WITH touched AS (
     UPDATE {schema}.hosts SET last_seen_at = now()
-    WHERE name = %(host)s AND EXISTS (SELECT 1 FROM seen)
+    WHERE name = %(host)s
+      AND EXISTS (SELECT 1 FROM {schema}.workers AS w WHERE w.id = %(worker)s)
     RETURNING name, pool, host_cap, draining, drain_expires_at, drain_started_at, drain_idle_at
+),
+seen AS (
+    UPDATE {schema}.workers SET last_seen_at = now()
+    WHERE id = %(worker)s AND host IN (SELECT name FROM touched)
+    RETURNING host
 )
 SELECT t.pool, coalesce(t.host_cap, p.host_cap) AS cap,
        (t.draining AND (t.drain_expires_at IS NULL OR t.drain_expires_at > now())) AS draining,
        (SELECT count(*) FROM {schema}.jobs AS j
         WHERE j.status = 'processing' AND j.claimed_by = t.name) AS running,
        t.drain_idle_at IS NOT NULL AS idle_marked
-FROM touched AS t LEFT JOIN {schema}.host_pools AS p ON p.name = t.pool;
+FROM touched AS t JOIN seen ON seen.host = t.name
+LEFT JOIN {schema}.host_pools AS p ON p.name = t.pool;
 
 -- name: host_claim_lock
 -- First statement of a capped claim: lock the host row (every claimant on this host
