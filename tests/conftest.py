@@ -38,8 +38,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     API's own tests) in seconds.
     """
     for item in items:
-        if "pg_server" in getattr(item, "fixturenames", ()):
+        if "pg_server" in getattr(item, "fixturenames", ()) or _starts_own_server(item):
             item.add_marker(pytest.mark.db)
+
+
+def _starts_own_server(item: pytest.Item) -> bool:
+    """A fault test that starts a private PostgreSQL (tests/support/postgres) needs one too."""
+    module = getattr(item, "module", None)
+    return module is not None and any(
+        getattr(value, "__module__", None) == postgres.__name__ or value is postgres
+        for value in vars(module).values())
 
 
 @pytest.fixture(scope="session")
