@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jobwarden import tracing
+from jobwarden import attempt_tracing, tracing
 from jobwarden.db.database import Database
 from jobwarden.exclusive import ExclusiveJobs
 from jobwarden.membership import HostMembership
@@ -66,7 +66,7 @@ def build_worker(db: Database, settings: WorkerSettings, *,
         factories.append(lambda worker: TickExtension(worker,
                                                       run_schedules=schedules.tick_pass))
     if tracing.enabled():  # outermost: the attempt's span covers lease waits too
-        factories.insert(0, tracing.TracingExtension)
+        factories.insert(0, attempt_tracing.TracingExtension)
     return Worker(db, settings, extensions=[*factories, *extra])
 
 

@@ -15,18 +15,11 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from jobwarden.structs.jobs import EnqueueResult, JobSpec
-from jobwarden.worker.context import Cancelled, Failed, Released, Succeeded
-from jobwarden.worker.extensions import CallNext, Extension
-
-if TYPE_CHECKING:
-    from jobwarden.definitions import Job
-    from jobwarden.worker.context import Attempt, AttemptContext, Outcome
 
 try:
-    from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
 except ImportError:  # the extra is not installed: tracing is off, at no cost
     trace = None  # type: ignore[assignment]
@@ -74,54 +67,3 @@ def enqueue_span(specs: Sequence[JobSpec]) -> EnqueueSpan | None:
     if trace is None or not specs:
         return None
     return EnqueueSpan(specs)
-
-
-def _outcome_name(outcome: Outcome) -> str:
-    if isinstance(outcome, Succeeded):
-        return "succeeded"
-    if isinstance(outcome, Failed):
-        return f"failed:{outcome.reason}"
-    if isinstance(outcome, Cancelled):
-        return "cancelled"
-    assert isinstance(outcome, Released)
-    return f"released:{outcome.reason}"
-
-
-class TracingExtension(Extension):
-    """Wraps each attempt in a CONSUMER span, a child of the job's enqueue span."""
-
-    def __init__(self, worker: object = None) -> None:
-        assert trace is not None, "TracingExtension needs opentelemetry-api"
-        self._tracer = trace.get_tracer(TRACER_NAME)
-
-    def around_attempt(self, attempt: Attempt, job_class: type[Job], context: AttemptContext,
-                       call_next: CallNext) -> Outcome:
-        claim = attempt.claim
-        parent = None
-        if claim.trace_context:
-            try:
-                parent = propagate.extract(json.loads(claim.trace_context))
-            except (ValueError, TypeError):
-                parent = None  # a malformed context never stops a job
-        span = self._tracer.start_span(
-            f"jobwarden.attempt {claim.job_class}", context=parent,
-            kind=trace.SpanKind.CONSUMER, attributes={
-                "messaging.system": "jobwarden", "messaging.operation": "process",
-                "jobwarden.job.id": claim.id, "jobwarden.job.class": claim.job_class,
-                "jobwarden.job.queue": claim.queue, "jobwarden.job.attempt": claim.attempt,
-            })
-        token = otel_context.attach(trace.set_span_in_context(span))
-        try:
-            outcome = call_next(context)
-        except BaseException as exc:
-            span.record_exception(exc)
-            span.set_status(trace.StatusCode.ERROR, str(exc))
-            raise
-        finally:
-            otel_context.detach(token)
-        span.set_attribute("jobwarden.job.outcome", _outcome_name(outcome))
-        if isinstance(outcome, Failed):
-            span.set_status(trace.StatusCode.ERROR, outcome.error.splitlines()[-1]
-                            if outcome.error else outcome.reason)
-        span.end()
-        return outcome
