@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import pytest
 from prometheus_client import start_http_server
+from prometheus_client.metrics import MetricWrapperBase
 
 import jobwarden
 from jobwarden import metrics, reaper
@@ -51,9 +52,29 @@ def rendered_rules() -> list[dict[str, Any]]:
     return list(rule["spec"]["groups"])
 
 
+def _as_a_fresh_process() -> None:
+    """Put this process's jobwarden metrics back to what a process that just started has.
+
+    pytest-xdist runs many tests in one process, and earlier ones lost leases,
+    fenced writes and reaped jobs: their label sets sat in the registry at non-zero
+    values, so the first scrape saw them born above 0 and JobwardenLeaseLost fired
+    before this test's event ("silent before the event" then proved nothing).
+    Every labelled series is dropped and the process-wide label sets primed at 0
+    again, as at import; the worker this test starts primes its job classes.
+    """
+    for value in vars(metrics).values():
+        if isinstance(value, MetricWrapperBase) and value._labelnames:
+            value.clear()
+    with metrics._primed_lock:
+        metrics._primed.clear()
+    metrics.prime_process()
+
+
 @pytest.fixture
 def exporter() -> collections.abc.Iterator[int]:
-    """This process's jobwarden registry on a loopback port (what a worker pod serves)."""
+    """This process's jobwarden registry on a loopback port (what a worker pod serves),
+    holding only what this test moves (see :func:`_as_a_fresh_process`)."""
+    _as_a_fresh_process()
     port = prometheus.free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=metrics.REGISTRY)
     yield port
