@@ -93,7 +93,10 @@ class TakenOver(jobwarden.Job):
     timeout = 30
 
     def perform(self, data: Any) -> str:
-        with _conn() as conn:
+        # Lapse and takeover in one transaction: as two autocommit statements the
+        # worker's lease renewal could run between them (on a loaded machine it did),
+        # renew the lapsed lease legitimately, and leave nothing to steal.
+        with _conn() as conn, conn.transaction():
             conn.execute("UPDATE jobwarden.leases SET expires_at = now() - interval '1 second' "
                          "WHERE name = 'key:stolen'")
             taken = conn.execute(
