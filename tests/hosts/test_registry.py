@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Callable
 
 import psycopg
+import pytest
 
 import jobwarden
 from jobwarden.db.database import Database
@@ -125,15 +126,18 @@ def test_an_unregistered_host_claims_nothing_under_the_registry(
     assert len(db.jobs.claim(host="nobody", limit=5, grace_seconds=60)) == 1
 
 
-def test_a_refresh_waits_for_a_registration_of_its_process_instead_of_deadlocking(
-        db: Database, dsn: str) -> None:
-    """The claim gate re-registers a pruned process while its refresh task refreshes it.
+@pytest.mark.parametrize("write", ["refresh", "stop_worker"])
+def test_a_process_write_waits_for_a_registration_of_its_process_instead_of_deadlocking(
+        db: Database, dsn: str, write: str) -> None:
+    """The claim gate re-registers a pruned process while its refresh task refreshes it
+    (or while it stops).
 
-    Registration locks the hosts row, then the workers row; the refresh must take
-    them in the same order. Explicit steps on two connections: the registration
-    holds the host row, the refresh blocks on it, then the registration writes the
-    process row. With the refresh locking the process row first, that write waited
-    for the refresh and the server aborted one of them (deadlock detected).
+    Registration locks the hosts row, then the workers row; refresh and stop must
+    take them in the same order. Explicit steps on two connections: the
+    registration holds the host row, the other write blocks on it, then the
+    registration writes the process row. With the other write locking the process
+    row first, that write waited for it and the server aborted one of them
+    (deadlock detected).
     """
     worker_id = uuid.uuid4()
     params: dict[str, object] = {
@@ -145,7 +149,12 @@ def test_a_refresh_waits_for_a_registration_of_its_process_instead_of_deadlockin
 
     def refresh() -> None:
         try:
-            refreshed.append(db.hosts.refresh(host="twice", worker_id=worker_id))
+            if write == "refresh":
+                refreshed.append(db.hosts.refresh(host="twice", worker_id=worker_id))
+            else:
+                db.hosts.stop_worker(host="twice", worker_id=worker_id, grace_seconds=60,
+                                     stale_seconds=60)
+                refreshed.append(True)
         except Exception as exc:  # reported by the assertion below
             refreshed.append(exc)
 

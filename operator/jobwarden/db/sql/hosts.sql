@@ -117,9 +117,14 @@ RETURNING h.pool, greatest(extract(epoch FROM now() - h.drain_started_at), 0)::d
 -- SIGTERM: this process stops claiming. The host is marked draining ('shutdown',
 -- expiring after the grace period) only when no other live process of the host is
 -- still working, so one stopping process never stops its siblings.
-WITH me AS (
+-- Lock order: the hosts row first, then the workers row, as registration and
+-- host_refresh do (the refresh task keeps running while a process stops).
+WITH host AS (
+    SELECT name FROM {schema}.hosts WHERE name = %(host)s FOR NO KEY UPDATE
+),
+me AS (
     UPDATE {schema}.workers SET stopping = true, last_seen_at = now()
-    WHERE id = %(worker)s
+    WHERE id = %(worker)s AND host IN (SELECT name FROM host)
     RETURNING host
 )
 UPDATE {schema}.hosts AS h
