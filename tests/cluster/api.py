@@ -15,11 +15,12 @@ import http.client
 import json
 import ssl
 import threading
-import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
+
+from tests.support.waiting import wait_for
 
 T = TypeVar("T")
 MERGE_PATCH = "application/merge-patch+json"
@@ -213,15 +214,7 @@ class RealKubeAPI:
     def wait(self, probe: Callable[[], T], *, timeout: float = 30.0,
              what: str = "a condition") -> T:
         """``probe()`` once truthy, polled every 0.2 s; AssertionError at the deadline."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
-                                     f"last value: {value!r}")
-            time.sleep(0.2)
+        return wait_for(probe, timeout=timeout, interval=0.2, message=what)
 
 
 def _path(base: str, plural: str, namespaced: bool, name: str | None, namespace: str | None,

@@ -34,6 +34,7 @@ from tests.cluster.controlplane import ControlPlane, ControlPlaneError
 from tests.e2e.conftest import WORKER_ENV, host_observation
 from tests.e2e.kubelet import ProcessKubelet
 from tests.support.kube import Kubectl
+from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "jobwarden"
@@ -127,18 +128,13 @@ class RealCluster:
     def wait(self, probe: Callable[[], Any], *, timeout: float = 60.0,
              what: str = "a condition") -> Any:
         """Poll ``probe`` until truthy; the kubelet's and the control plane's logs on failure."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
-                                     f"last value {value!r}\n{self.kubelet.report(2500)}")
-            if self.kubelet.errors:
-                raise AssertionError(f"kubelet failed: {self.kubelet.errors}\n"
-                                     f"{self.kubelet.report(2500)}")
-            time.sleep(0.2)
+        return wait_for(probe, timeout=timeout, interval=0.2, message=what,
+                        check=self._kubelet_ok, context=lambda: self.kubelet.report(2500))
+
+    def _kubelet_ok(self) -> None:
+        if self.kubelet.errors:
+            raise AssertionError(f"kubelet failed: {self.kubelet.errors}\n"
+                                 f"{self.kubelet.report(2500)}")
 
     def operator_logs(self) -> str:
         return "\n".join(p.logs() for p in self.kubelet.pods.values()

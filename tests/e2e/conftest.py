@@ -26,6 +26,7 @@ from jobwarden.controller import pools_spec
 from tests.e2e.kubelet import ProcessKubelet
 from tests.operator.conftest import OperatorProcess, start_operator
 from tests.support.kube import KubeAPI
+from tests.support.waiting import wait_for
 
 __all__ = ["start_operator"]
 
@@ -101,17 +102,12 @@ class Cluster:
     def wait(self, probe: Callable[[], Any], *, timeout: float = 60.0,
              what: str = "a condition") -> Any:
         """Poll ``probe`` until truthy (database and API state both count)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            value = probe()
-            if value:
-                return value
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout} s waiting for {what}; "
-                                     f"last value {value!r}\n{self.kubelet.report(1500)}")
-            if self.kubelet.errors:
-                raise AssertionError(f"kubelet failed: {self.kubelet.errors}")
-            time.sleep(0.1)
+        return wait_for(probe, timeout=timeout, interval=0.1, message=what,
+                        check=self._kubelet_ok, context=lambda: self.kubelet.report(1500))
+
+    def _kubelet_ok(self) -> None:
+        if self.kubelet.errors:
+            raise AssertionError(f"kubelet failed: {self.kubelet.errors}")
 
     def settled(self, pool: str = "workers", *, replicas: int,
                 version: str | None = None) -> bool:

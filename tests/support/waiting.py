@@ -10,12 +10,22 @@ T = TypeVar("T")
 
 
 def wait_for(predicate: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.02,
-             message: str = "condition") -> T:
+             message: str = "condition", check: Callable[[], None] | None = None,
+             context: Callable[[], str] | None = None) -> T:
+    """``predicate()`` once truthy, polled every ``interval``; AssertionError at the deadline.
+
+    ``check`` runs each round and raises to fail early (a kubelet that already
+    failed); ``context`` adds what helps to read a timeout (logs) to its message.
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+            extra = f"\n{context()}" if context is not None else ""
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}; "
+                                 f"last value {value!r}{extra}")
+        if check is not None:
+            check()
         time.sleep(interval)
