@@ -28,7 +28,7 @@ import jobwarden
 from jobwarden import errors
 from jobwarden.structs.states import JobStatus
 from tests.support import chaosjobs
-from tests.support.postgres import EmbeddedServer
+from tests.support.postgres import EmbeddedServer, private_server
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -44,10 +44,8 @@ DOWN_SECONDS = 5.0
 
 @pytest.fixture
 def server() -> Iterator[EmbeddedServer]:
-    own = EmbeddedServer()
-    own.migrated()
-    yield own
-    own.close()
+    with private_server() as own:
+        yield own
 
 
 def _done(dsn: str) -> int:

@@ -28,30 +28,20 @@ import pytest
 from jobwarden.db.database import Database
 from jobwarden.structs.jobs import JobSpec
 from jobwarden.structs.states import JobStatus
-from tests.support.postgres import EmbeddedServer
+from tests.support.postgres import EmbeddedServer, private_server, walwriter_pid
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedServer]:
-    own = EmbeddedServer()
-    own.migrated()
-    with psycopg.connect(own.dsn, autocommit=True) as conn:
-        # Nothing but the test may write (and so flush) WAL on this server.
-        conn.execute("ALTER SYSTEM SET autovacuum = off")
-        conn.execute("ALTER SYSTEM SET bgwriter_lru_maxpages = 0")
-        conn.execute("SELECT pg_reload_conf()")
-    yield own
-    own.close()
-
-
-def _walwriter_pid(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT pid FROM pg_stat_activity "
-                           "WHERE backend_type = 'walwriter'").fetchone()
-    assert row is not None, "no WAL writer process"
-    return int(row[0])
+    with private_server() as own:
+        with psycopg.connect(own.dsn, autocommit=True) as conn:
+            # Nothing but the test may write (and so flush) WAL on this server.
+            conn.execute("ALTER SYSTEM SET autovacuum = off")
+            conn.execute("ALTER SYSTEM SET bgwriter_lru_maxpages = 0")
+            conn.execute("SELECT pg_reload_conf()")
+        yield own
 
 
 def _claim_then_crash(server: EmbeddedServer, *, idempotent: bool) -> tuple[int, object]:
@@ -63,7 +53,7 @@ def _claim_then_crash(server: EmbeddedServer, *, idempotent: bool) -> tuple[int,
         queue = f"idempotent-{idempotent}"  # each test its own queue on the shared server
         job = db.jobs.insert_many([JobSpec(job_class="tests.support.testjobs:Counted",
                                            queue=queue, idempotent=idempotent)])[0]
-        walwriter = _walwriter_pid(server.dsn)
+        walwriter = walwriter_pid(server.dsn)
         os.kill(walwriter, signal.SIGSTOP)
         try:
             claimed = db.jobs.claim(host="h", limit=5, grace_seconds=0.5, queues=[queue])

@@ -16,17 +16,15 @@ import pytest
 
 import jobwarden
 from jobwarden.db.database import Database
-from tests.support.postgres import EmbeddedServer
+from tests.support.postgres import EmbeddedServer, private_server
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.fixture
 def server() -> Iterator[EmbeddedServer]:
-    own = EmbeddedServer()
-    own.migrated()
-    yield own
-    own.close()
+    with private_server() as own:
+        yield own
 
 
 def _warm(db: Database, connections: int) -> None:

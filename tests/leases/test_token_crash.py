@@ -15,29 +15,18 @@ import signal
 import time
 from collections.abc import Iterator
 
-import psycopg
 import pytest
 
 from jobwarden.db.database import Database
-from tests.support.postgres import EmbeddedServer
+from tests.support.postgres import EmbeddedServer, private_server, walwriter_pid
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 
 @pytest.fixture
 def server() -> Iterator[EmbeddedServer]:
-    own = EmbeddedServer()
-    own.migrated()
-    yield own
-    own.close()
-
-
-def _walwriter_pid(dsn: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute("SELECT pid FROM pg_stat_activity "
-                           "WHERE backend_type = 'walwriter'").fetchone()
-    assert row is not None
-    return int(row[0])
+    with private_server() as own:
+        yield own
 
 
 def test_a_token_handed_out_before_a_crash_is_never_handed_out_again(
@@ -53,7 +42,7 @@ def test_a_token_handed_out_before_a_crash_is_never_handed_out_again(
         last = db.leases.try_acquire(name="lease-0", owner="last", ttl_seconds=1)
         assert last.acquired and last.token is not None
         handed.append(last.token)
-        walwriter = _walwriter_pid(server.dsn)
+        walwriter = walwriter_pid(server.dsn)
         os.kill(walwriter, signal.SIGSTOP)
         try:
             assert db.leases.release(name="lease-0", owner="last", token=last.token)

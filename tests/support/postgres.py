@@ -107,6 +107,29 @@ class EmbeddedServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def private_server() -> Iterator[EmbeddedServer]:
+    """A migrated PostgreSQL of the caller's own, to restart, crash or stop at will.
+
+    Fault tests use it so that nothing they do to a server reaches the shared one.
+    """
+    own = EmbeddedServer()
+    try:
+        own.migrated()
+        yield own
+    finally:
+        own.close()
+
+
+def walwriter_pid(dsn: str) -> int:
+    """The WAL writer's pid: stopping it holds back asynchronous commits' WAL."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT pid FROM pg_stat_activity "
+                           "WHERE backend_type = 'walwriter'").fetchone()
+    assert row is not None, "no WAL writer process"
+    return int(row[0])
+
+
 def _children_of(pid: int) -> list[int]:
     found = []
     for entry in Path("/proc").iterdir():
