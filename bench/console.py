@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
+import httpx2
 import psycopg
 import uvicorn
 
@@ -145,7 +145,7 @@ def main() -> None:
             "queues": "/queues",
         }
         results: dict[str, dict[str, float]] = {}
-        with serve(client) as url, httpx.Client(base_url=url, timeout=30) as http:
+        with serve(client) as url, httpx2.Client(base_url=url, timeout=30) as http:
             for path in pages.values():
                 for _ in range(5):
                     assert http.get(path).status_code == 200, path
