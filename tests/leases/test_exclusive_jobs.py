@@ -26,6 +26,13 @@ def _value(metric: Any, *labels: str) -> float:
     return float(metric.labels(*labels)._value.get())
 
 
+def _counted(metric: Any, *labels: str, value: float) -> None:
+    """The counter reaches ``value``: a worker counts an outcome after its write
+    commits, so a test that saw the row change may look before the count moves."""
+    wait_for(lambda: _value(metric, *labels) == value,
+             message=f"{metric._name}{list(labels)} at {value} (now {_value(metric, *labels)})")
+
+
 @contextlib.contextmanager
 def held_elsewhere(db: Database, name: str, *, ttl: float, renew: bool = False) -> Iterator[int]:
     """Another server holds ``name`` (renewing it every ttl/3 when asked) until the block ends."""
@@ -94,10 +101,10 @@ def test_a_lease_held_elsewhere_stops_the_run_and_the_job_waits_pending_with_its
         # job over at once (the next test), so after the block it may already run.
         assert audit_rows(dsn, "ran") == []
     # Counted as skipped and deferred, never as failed.
-    assert _value(metrics.JOBS_DEFERRED, *labels) == deferred + 1
-    assert _value(metrics.JOBS_SKIPPED, *labels, "lease_busy") == skipped + 1
+    _counted(metrics.JOBS_DEFERRED, *labels, value=deferred + 1)
+    _counted(metrics.JOBS_SKIPPED, *labels, "lease_busy", value=skipped + 1)
+    _counted(metrics.LEASE_BUSY, "key", value=busy + 1)
     assert _value(metrics.JOBS_FAILED, *labels, "lease_busy") == failed
-    assert _value(metrics.LEASE_BUSY, "key") == busy + 1
 
 
 def test_a_released_lease_hands_over_to_the_deferred_job_at_once(
@@ -139,7 +146,7 @@ def test_on_busy_skip_drops_the_run_and_counts_it_skipped_not_failed(
     record = client.job(job_id)
     assert record.status is JobStatus.CANCELLED
     assert "skipped: lease 'key:busy-key' busy" in (record.last_error or "")
-    assert _value(metrics.JOBS_SKIPPED, *labels, "on_busy_skip") == skipped + 1
+    _counted(metrics.JOBS_SKIPPED, *labels, "on_busy_skip", value=skipped + 1)
     assert audit_rows(dsn, "ran") == []
 
 
@@ -155,7 +162,7 @@ def test_on_busy_fail_is_a_failed_attempt_retried_like_any_other(
     assert record.status is JobStatus.FAILED
     assert record.attempts == 2  # max_retries = 1
     assert "busy" in (record.last_error or "")
-    assert _value(metrics.JOBS_FAILED, *labels, "lease_busy") == failed + 1
+    _counted(metrics.JOBS_FAILED, *labels, "lease_busy", value=failed + 1)
 
 
 def test_an_expired_lease_is_taken_over_and_the_job_runs(
@@ -184,7 +191,7 @@ def test_a_lease_taken_over_during_perform_still_completes_the_job_and_reports_i
     [(_, _, _, _, stolen_token)] = audit_rows(dsn, "stolen")
     assert stolen_token != "not stolen"
     assert client.db.leases.owner_of("key:stolen") == "thief"  # the thief's lease is untouched
-    assert _value(metrics.LEASE_LOST, "key") == lost + 1
+    _counted(metrics.LEASE_LOST, "key", value=lost + 1)
 
 
 class _ExclusiveOnly(jobwarden.Job):
