@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -102,3 +103,42 @@ def test_without_opentelemetry_nothing_is_traced_or_stored(
             "import jobwarden, jobwarden.assembly, jobwarden.tracing as t\n"
             "assert not t.enabled()\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_jobs_show_and_the_console_show_the_stored_trace_context(
+        client: jobwarden.Client, spans: InMemorySpanExporter, dsn: str) -> None:
+    enqueued = client.enqueue(testjobs.Record, {"n": 1})
+    (span,) = named(spans, "jobwarden.enqueue")
+    trace_id = f"{span.context.trace_id:032x}"
+    record = client.job(enqueued.id)
+    assert record.trace_context is not None and record.trace_id == trace_id
+    assert client.job(client.enqueue(testjobs.Record, None).id).trace_id is not None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBWARDEN_")}
+    env["JOBWARDEN_DSN"] = dsn
+    shown = subprocess.run([sys.executable, "-m", "jobwarden", "jobs", "show",
+                            str(enqueued.id), "--json"], env=env, capture_output=True,
+                           text=True, timeout=60, check=True)
+    as_json = json.loads(shown.stdout)
+    assert as_json["trace_id"] == trace_id
+    assert json.loads(as_json["trace_context"])["traceparent"].split("-")[1] == trace_id
+    table = subprocess.run([sys.executable, "-m", "jobwarden", "jobs", "show",
+                            str(enqueued.id)], env=env, capture_output=True, text=True,
+                           timeout=60, check=True)
+    assert f"trace_id: {trace_id}" in table.stdout and "traceparent" in table.stdout
+    pytest.importorskip("starlette")
+    from starlette.testclient import TestClient
+
+    from jobwarden.console.app import build_app
+    from jobwarden.console.settings import ConsoleSettings
+    with TestClient(build_app(client, ConsoleSettings())) as http:
+        page = http.get(f"/jobs/{enqueued.id}")
+    assert page.status_code == 200 and 'id="job-trace"' in page.text
+    assert trace_id in page.text
+
+
+def test_a_job_without_a_trace_context_shows_none(client: jobwarden.Client,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracing, "trace", None)
+    record = client.job(client.enqueue(testjobs.Record, None).id)
+    assert record.trace_context is None and record.trace_id is None
+    assert "trace_id" not in record.as_json()

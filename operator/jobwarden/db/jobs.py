@@ -46,7 +46,7 @@ def _record(row: Row) -> JobRecord:
     (id_, queue, job_class, data, priority, status, run_at, attempts, max_retries, timeout,
      idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at, cancel_requested,
      deferrals, lease_lost, lease_token, result, last_error, schedule_name, created_at,
-     updated_at, finished_at) = row
+     updated_at, finished_at, trace_context) = row
     return JobRecord(
         id=id_, queue=queue, job_class=job_class, data=data, priority=priority,
         status=JobStatus(status), run_at=run_at, attempts=attempts, max_retries=max_retries,
@@ -55,7 +55,7 @@ def _record(row: Row) -> JobRecord:
         heartbeat_at=heartbeat_at, cancel_requested=cancel_requested, deferrals=deferrals,
         lease_lost=lease_lost, lease_token=lease_token, result=result, last_error=last_error,
         schedule_name=schedule_name, created_at=created_at, updated_at=updated_at,
-        finished_at=finished_at,
+        finished_at=finished_at, trace_context=trace_context,
     )
 
 

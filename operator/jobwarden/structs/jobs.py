@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import uuid
 from typing import Any
 
@@ -139,6 +140,26 @@ class JobRecord:
     created_at: datetime.datetime
     updated_at: datetime.datetime
     finished_at: datetime.datetime | None
+    #: The enqueuer's trace context (JSON of W3C ``traceparent``/``tracestate``
+    #: headers) when OpenTelemetry was on at enqueue; None otherwise.
+    trace_context: str | None = None
+
+    @property
+    def trace_id(self) -> str | None:
+        """The trace id (32 hex digits) of ``trace_context``'s ``traceparent``, if any.
+
+        Shown next to the raw context so a tracing UI can be searched for it
+        without reading W3C header syntax.
+        """
+        if not self.trace_context:
+            return None
+        try:
+            headers = json.loads(self.trace_context)
+        except ValueError:
+            return None
+        parent = headers.get("traceparent") if isinstance(headers, dict) else None
+        parts = parent.split("-") if isinstance(parent, str) else []
+        return parts[1] if len(parts) == 4 and len(parts[1]) == 32 else None
 
     def as_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -149,6 +170,8 @@ class JobRecord:
             elif isinstance(value, JobStatus):
                 value = value.value
             out[field.name] = value
+        if self.trace_context:
+            out["trace_id"] = self.trace_id
         return out
 
 

@@ -337,14 +337,14 @@ FROM ended, notified;
 SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
        timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
        cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, trace_context
 FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: job_list
 SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
        timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
        cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
-       created_at, updated_at, finished_at
+       created_at, updated_at, finished_at, trace_context
 FROM {schema}.jobs
 WHERE (%(status)s::text IS NULL OR status::text = %(status)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
