@@ -61,8 +61,8 @@ class _CountedWaits(threading.Event):
 
 def _count_waits(worker: Worker) -> _CountedWaits:
     counted = _CountedWaits()
-    previous = worker._wake
-    worker._wake = counted
+    previous = worker.claimer.wake_event
+    worker.claimer.wake_event = counted
     previous.set()  # the loop may be asleep on the old event: let it move to the new one
     wait_for(lambda: counted.waits > 0, timeout=10, message="the fetch loop sleeps")
     return counted

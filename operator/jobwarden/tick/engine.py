@@ -213,13 +213,6 @@ class Ticker:
 
     def _watch(self, attempt: Attempt, done: threading.Event) -> None:
         """Heartbeat the tick's attempt and enforce its deadline: the worker's heartbeater."""
-        heartbeater = self.worker.heartbeater
-        interval = self.worker.settings.heartbeat_interval
-        next_beat = time.monotonic() + interval
-        while not done.wait(0.05):
-            now = time.monotonic()
-            heartbeater.enforce_deadlines([attempt], now)
-            if now < next_beat:
-                continue
-            next_beat = now + interval
-            heartbeater.beat([attempt])
+        self.worker.heartbeater.run(lambda: [attempt],
+                                    interval=self.worker.settings.heartbeat_interval,
+                                    until=done, poll=0.05)

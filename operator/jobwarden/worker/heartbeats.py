@@ -15,6 +15,8 @@ batch (lease renewal).
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Callable, Sequence
 
 from jobwarden import errors
@@ -43,6 +45,23 @@ class Heartbeater:
         ack = self._db.jobs.heartbeat_many([(attempt.claim.id, attempt.claim.claim_token)],
                                            grace_seconds=self._grace)
         return attempt.claim.id in ack.alive, attempt.claim.id in ack.cancel_requested
+
+    def run(self, attempts: Callable[[], Sequence[Attempt]], *, interval: float,
+            until: threading.Event, poll: float = 0.1,
+            tracked: Callable[[Attempt], bool] = lambda _attempt: True) -> None:
+        """Enforce deadlines every ``poll`` and heartbeat every ``interval`` until ``until``.
+
+        The worker's ``heartbeat`` thread runs it over every attempt in hand; a
+        tick runs it over its one attempt, so both behave the same.
+        """
+        next_beat = time.monotonic() + interval
+        while not until.is_set():
+            now = time.monotonic()
+            self.enforce_deadlines(attempts(), now)
+            if now >= next_beat:
+                next_beat = now + interval
+                self.beat(attempts(), tracked=tracked)
+            until.wait(poll)
 
     def enforce_deadlines(self, attempts: Sequence[Attempt], now: float) -> None:
         """Time out every attempt past its hard deadline (the callback stops it)."""

@@ -1,6 +1,17 @@
-"""The worker: claim, run, heartbeat, record -- each on its own named thread.
+"""The worker: its parts put together, started, supervised and stopped.
 
-Threads (all started and supervised in :meth:`Worker.start`):
+Each concern lives in a module of its own; this one only composes them and
+owns the lifecycle (start, signals, graceful and forced stop, readiness):
+
+- claiming (``fetch`` and ``listen`` threads): :mod:`jobwarden.worker.claiming`
+- the slots and the attempts in hand: :mod:`jobwarden.worker.slots`
+- running one attempt through the extension chain: :mod:`jobwarden.worker.running`
+- heartbeats and deadlines: :mod:`jobwarden.worker.heartbeats`
+- writing outcomes, and what follows them: :mod:`jobwarden.worker.recorder`,
+  :mod:`jobwarden.worker.outcomes`
+- the threads and their crash rule: :mod:`jobwarden.worker.threads`
+
+Threads (all started in :meth:`Worker.start`):
 
 ``fetch``      claims batches of due jobs for free slots; wakes on NOTIFY and polls.
 ``slot-N``     runs one attempt at a time (``concurrency`` of them).
@@ -27,36 +38,29 @@ from __future__ import annotations
 
 import importlib
 import logging
-import queue
 import signal
 import threading
 import time
-import traceback
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from jobwarden import definitions, errors, logfields, metrics, reaper
-from jobwarden.db.database import Database, channel_name
-from jobwarden.db.hosts import HOSTS_TOPIC
+from jobwarden import definitions, metrics, reaper
+from jobwarden.db.database import Database
 from jobwarden.health import HealthServer
 from jobwarden.looping import TaskLoop
-from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
-from jobwarden.structs.jobs import ClaimedJob
+from jobwarden.settings import WorkerSettings
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker import execution
 from jobwarden.worker.capacity import Capacity
-from jobwarden.worker.context import (
-    Attempt,
-    AttemptContext,
-    Failed,
-    Outcome,
-    Released,
-)
-from jobwarden.worker.extensions import CallNext, PeriodicTask, WorkerExtension
+from jobwarden.worker.claiming import Claimer
+from jobwarden.worker.context import Attempt, Outcome
+from jobwarden.worker.extensions import PeriodicTask, WorkerExtension
 from jobwarden.worker.heartbeats import Heartbeater
 from jobwarden.worker.outcomes import FailureEvent, Outcomes, backoff
 from jobwarden.worker.recorder import Recorder
+from jobwarden.worker.running import AttemptRunner
+from jobwarden.worker.slots import Slots
+from jobwarden.worker.threads import Threads
 
 logger = logging.getLogger("jobwarden.worker")
 
@@ -106,20 +110,10 @@ class Worker:
         metrics.prime_jobs(_imported_pairs(settings.queues))
         self.outcomes = Outcomes(failure_hook=settings.failure_hook)
         self.capacity = Capacity(settings.concurrency + settings.max_prefetch)
-        #: Moving average of attempt durations, for automatic prefetch.
-        self._avg_duration: float | None = None
-        self.running_slots = Capacity(settings.concurrency)
-        self._ready: queue.Queue[Attempt | None] = queue.Queue()
-        self._active: dict[int, Attempt] = {}
-        self._active_lock = threading.Lock()
-        self._wake = threading.Event()
-        #: Set while the LISTEN connection is up (tests wait on it instead of sleeping).
-        self.listening = threading.Event()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
         self._force = threading.Event()
-        self._threads: list[threading.Thread] = []
-        self._crash: str | None = None
+        self._threads = Threads(on_crash=self._crashed)
         self._db_ok = False
         self._db_lock = threading.Lock()
         self._shutdown_lock = threading.Lock()
@@ -138,11 +132,26 @@ class Worker:
                                  on_written=self._outcomes_written)
         self.extensions: tuple[WorkerExtension, ...] = tuple(
             factory(self) for factory in extensions)
-        #: Claims lock the host row and honour its cap (the host registry asks for it).
-        self.capped_claims = any(ext.caps_claims for ext in self.extensions)
         self.heartbeater = Heartbeater(db, grace_seconds=settings.heartbeat_grace,
                                        extensions=self.extensions, db_state=self._set_db_state,
                                        timed_out=self._time_out)
+        self.runner = AttemptRunner(db, host=self.host,
+                                    result_max_bytes=settings.result_max_bytes,
+                                    isolation=self.isolation, extensions=self.extensions,
+                                    recorder=self.recorder, heartbeat_one=self.heartbeater.one)
+        self.slots = Slots(self.runner, concurrency=settings.concurrency,
+                           capacity=self.capacity, outcomes=self.outcomes,
+                           stopping=self._stopping)
+        #: The slots running an attempt right now (shutdown waits for all to be free).
+        self.running_slots = self.slots.running
+        self.claimer = Claimer(db, settings, capacity=self.capacity,
+                               extensions=self.extensions, stopping=self._stopping,
+                               db_state=self._set_db_state, accept=self.slots.accept,
+                               average_duration=self.slots.average_duration)
+        #: Claims lock the host row and honour its cap (the host registry asks for it).
+        self.capped_claims = self.claimer.capped_claims
+        #: Set while the LISTEN connection is up (tests wait on it instead of sleeping).
+        self.listening = self.claimer.listening
         self.periodic: list[PeriodicTask] = [
             PeriodicTask(name="reaper", interval=settings.reap_interval, run=self.reap),
             *(task for ext in self.extensions for task in ext.periodic_tasks()),
@@ -163,13 +172,13 @@ class Worker:
         return self._stopping.is_set()
 
     def start(self) -> None:
-        self._spawn("fetch", self._fetch_loop)
+        self._threads.spawn("fetch", self.claimer.fetch_loop)
         for n in range(self.settings.concurrency):
-            self._spawn(f"slot-{n}", self._slot_loop)
-        self._spawn("recorder", self.recorder.run)
-        self._spawn("heartbeat", self._heartbeat_loop)
-        self._spawn("maintain", self._maintenance_loop)
-        self._spawn("listen", self._listen_loop, critical=False)
+            self._threads.spawn(f"slot-{n}", self.slots.slot_loop)
+        self._threads.spawn("recorder", self.recorder.run)
+        self._threads.spawn("heartbeat", self._heartbeat_loop)
+        self._threads.spawn("maintain", self._maintenance_loop)
+        self._threads.spawn("listen", self.claimer.listen_loop, critical=False)
         if self.http is not None:
             self.http.start()
         logger.info("worker %s started: queues=%s concurrency=%d isolation=%s",
@@ -181,7 +190,7 @@ class Worker:
         if self._stopping.is_set():
             self._force.set()
         self._stopping.set()
-        self._wake.set()
+        self.claimer.wake()
 
     def run(self) -> int:
         """Run until SIGTERM/SIGINT (graceful, then forced on a second signal)."""
@@ -208,7 +217,7 @@ class Worker:
         return self._shutdown(timeout)
 
     def readiness(self) -> tuple[bool, str]:
-        if self._crash:
+        if self._threads.crash:
             return False, "crashed"
         if self.stopping:
             return False, "stopping"
@@ -217,40 +226,44 @@ class Worker:
         return True, "ready"
 
     def liveness(self) -> tuple[bool, str]:
-        return (False, f"crashed: {self._crash}") if self._crash else (True, "alive")
+        crash = self._threads.crash
+        return (False, f"crashed: {crash}") if crash else (True, "alive")
 
     def active(self) -> list[Attempt]:
-        with self._active_lock:
-            return list(self._active.values())
+        """Every attempt this process holds (claimed, outcome not yet written)."""
+        return self.slots.active()
 
     def wake(self) -> None:
-        self._wake.set()
+        """Claim now instead of at the next poll."""
+        self.claimer.wake()
 
     def extension(self, kind: type[E]) -> E | None:
         """The extension of that class this worker was built with (tests, the CLI)."""
         return next((ext for ext in self.extensions if isinstance(ext, kind)), None)
 
-    # -- threads -------------------------------------------------------------------
+    def execute(self, attempt: Attempt) -> None:
+        """Run one claimed attempt in the calling thread and submit its outcome.
 
-    def _spawn(self, name: str, target: Callable[[], None], *, critical: bool = True) -> None:
-        def main() -> None:
-            try:
-                target()
-            except BaseException as exc:
-                if critical:
-                    self._crash = f"thread {name} died: {type(exc).__name__}: {exc}"
-                    logger.critical("%s\n%s", self._crash, traceback.format_exc())
-                    self._stopping.set()
-                    self._force.set()
-                else:
-                    logger.exception("thread %s died", name)
+        The slot threads' path (:class:`~jobwarden.worker.running.AttemptRunner`);
+        a tick (``tick/``) calls it to run its attempt with exactly the same semantics.
+        """
+        self.runner.execute(attempt)
 
-        thread = threading.Thread(target=main, name=f"jobwarden-{name}", daemon=True)
-        self._threads.append(thread)
-        thread.start()
+    def reap(self) -> int:
+        # Refresh this process's own claims first: after an outage longer than the
+        # grace (database down, process paused) they look stale, but they are alive
+        # here, and reaping them would run their jobs twice.
+        self._heartbeat_all()
+        return reaper.reap(self.db)
+
+    # -- wiring between the parts --------------------------------------------------
+
+    def _crashed(self) -> None:
+        self._stopping.set()
+        self._force.set()
 
     def _supervise(self) -> None:
-        if self._crash:
+        if self._threads.crash:
             self._stopping.set()
 
     def _set_db_state(self, ok: bool) -> None:
@@ -261,259 +274,31 @@ class Worker:
             self._db_ok = ok
         metrics.DB_UP.set(1 if ok else 0)
 
-    def _sleep(self, seconds: float) -> bool:
-        """Sleep unless stopping; True when the worker is stopping."""
-        return self._stopping.wait(seconds)
-
-    def _fetch_loop(self) -> None:
-        failures = 0
-        #: The batch of a claim that failed with its outcome unknown (the commit may
-        #: have happened, the reply was lost): resolved by asking before claiming more.
-        unresolved: uuid.UUID | None = None
-        while not self.stopping:
-            target = self.settings.concurrency + self._prefetch()
-            in_flight = self.capacity.in_flight
-            if in_flight >= target:
-                self.capacity.wait_in_flight_below(target, 0.5)
-                continue
-            free = min(target - in_flight, self.capacity.free)
-            # Cleared before the claim, not after: a NOTIFY that arrives while the
-            # claim is in flight must still wake the wait below.
-            self._wake.clear()
-            try:
-                if unresolved is not None:
-                    self._resolve_claim(unresolved)
-                    unresolved = None
-                    continue  # then claim as usual, at once
-                limit = self._claim_gate(free)
-                batch = uuid.uuid4()
-                unresolved = batch if limit > 0 else None
-                claimed = self.db.jobs.claim(
-                    host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
-                    queues=self.settings.queues or None, host_cap=self.capped_claims,
-                    batch=batch,
-                ) if limit > 0 else []
-                unresolved = None
-                self._set_db_state(True)
-                failures = 0
-            except errors.DatabaseUnavailable as exc:
-                self._set_db_state(False)
-                failures += 1
-                logger.warning("claim failed: %s", exc)
-                self._sleep(min(0.05 * 2 ** min(failures, 5), 1.0))  # resume promptly
-                continue
-            for claim in claimed:
-                self._accept(claim)
-            if claimed and len(claimed) >= limit:
-                continue  # probably more due: claim again as soon as slots free up
-            self._wake.wait(self.settings.poll_interval)
-        if unresolved is not None:  # stopping: whatever it took is given back at once
-            try:
-                self._resolve_claim(unresolved)
-            except errors.DatabaseUnavailable as exc:
-                logger.warning("cannot tell what the last claim took (the reaper will): %s",
-                               exc)
-
-    def _resolve_claim(self, batch: uuid.UUID) -> None:
-        """Accept the jobs a claim took although its reply was lost (given back if stopping).
-
-        The worker chose the claim's batch id, from which the database derived
-        the claim tokens: it asks which processing rows carry them, never guesses.
-        """
-        claimed = self.db.jobs.claims_of_batch(host=self.host, batch=batch,
-                                                grace_seconds=self.settings.heartbeat_grace)
-        self._set_db_state(True)
-        if claimed:
-            logger.warning("recovered %d claim(s) whose reply was lost: job(s) %s",
-                           len(claimed), ", ".join(str(c.id) for c in claimed))
-        for claim in claimed:
-            self._accept(claim)
-
-    def _claim_gate(self, free: int) -> int:
-        """How many jobs may be claimed now: each extension may lower the count."""
-        for ext in self.extensions:
-            free = ext.claim_gate(free)
-        return free
-
-    def _prefetch(self) -> int:
-        """How many jobs to hold claimed beyond the free slots right now."""
-        if self.settings.prefetch is not None:
-            return self.settings.max_prefetch
-        average = self._avg_duration
-        if average is None:
-            return self.settings.concurrency
-        wanted = int(PREFETCH_WORK_SECONDS * self.settings.concurrency / max(average, 1e-4))
-        return min(wanted, self.settings.max_prefetch)
-
-    def _accept(self, claim: ClaimedJob) -> None:
-        attempt = Attempt(claim)
-        self.capacity.take(1)
-        with self._active_lock:
-            self._active[claim.id] = attempt
-        metrics.JOB_QUEUE_WAIT.labels(claim.queue).observe(claim.queue_wait_seconds)
-        metrics.prime_job(claim.queue, claim.job_class)
-        if self.stopping:
-            self._give_back(attempt)
-        else:
-            self._ready.put(attempt)
-
-    def _give_back(self, attempt: Attempt) -> None:
-        if attempt.settle(Released(delay_seconds=0.0, deferral=False, reason="shutdown")):
-            self.recorder.submit(attempt)
-        self.capacity.give(1)
-
-    def _slot_loop(self) -> None:
-        while True:
-            attempt = self._ready.get()
-            if attempt is None:
-                return
-            if self.stopping:
-                self._give_back(attempt)
-                continue
-            self.running_slots.take(1)
-            started = time.perf_counter()
-            try:
-                self.execute(attempt)
-            finally:
-                elapsed = time.perf_counter() - started
-                previous = self._avg_duration
-                self._avg_duration = elapsed if previous is None else 0.8 * previous + 0.2 * elapsed
-                self.running_slots.give(1)
-                self.capacity.give(1)
-
-    def execute(self, attempt: Attempt) -> None:
-        """Run one claimed attempt in the calling thread and submit its outcome.
-
-        The slot threads call it; so does a tick (``tick.py``), which claims
-        through the same registry and wants exactly the same semantics. Every log
-        line written meanwhile carries the attempt's fields (logfields).
-        """
-        claim = attempt.claim
-        with logfields.attempt(job_id=claim.id, job_class=claim.job_class,
-                               attempt=claim.attempt, queue=claim.queue, host=self.host):
-            self._execute(attempt)
-
-    def _execute(self, attempt: Attempt) -> None:
-        claim = attempt.claim
-        if attempt.fenced:
-            return self._submit(attempt, Failed(error="claim lost before start", reason="error"))
-        try:
-            job_class = definitions.resolve(claim.job_class)
-        except errors.UnknownJob as exc:
-            return self._submit(attempt, execution.failure_from(exc, attempt))
-        attempt.job_class = job_class  # the recorder's backoff and hooks reuse it
-
-        def perform(context: AttemptContext) -> Outcome:
-            attempt.start(thread_id=threading.get_ident())
-            running = metrics.JOBS_RUNNING.labels(claim.queue)
-            running.inc()
-            started = time.perf_counter()
-            try:
-                return self.isolation.run(attempt, job_class, context)
-            finally:
-                running.dec()
-                metrics.JOB_DURATION.labels(claim.queue, claim.job_class).observe(
-                    time.perf_counter() - started
-                )
-
-        # The extensions wrap the attempt, the first one outermost (River's middleware):
-        # each may answer without calling the next link (a busy lease never starts).
-        call: CallNext = perform
-        for ext in reversed(self.extensions):
-            call = _link(ext, attempt, job_class, call)
-        context = AttemptContext(attempt, self.heartbeater.one, db=self.db,
-                                 result_max_bytes=self.settings.result_max_bytes)
-        self._submit(attempt, call(context))
-
-    def _submit(self, attempt: Attempt, outcome: Outcome) -> None:
-        if attempt.settle(outcome):
-            self.recorder.submit(attempt)
-
     def _time_out(self, attempt: Attempt) -> None:
-        """An attempt ran past its hard deadline: a failed attempt, and its code stopped."""
-        self._submit(attempt, execution.failure_from(errors.JobTimeout("timeout"), attempt))
-        self.isolation.interrupt(attempt)
+        self.runner.time_out(attempt)
+
+    def _recorded(self, attempt: Attempt, outcome: Outcome, status: JobStatus | None) -> None:
+        self.slots.recorded(attempt, outcome, status)
+
+    def _outcomes_written(self) -> None:
+        self.claimer.outcomes_written()
 
     def _heartbeat_loop(self) -> None:
-        next_beat = time.monotonic() + self.settings.heartbeat_interval
-        while not self._stopped.is_set():
-            now = time.monotonic()
-            self.heartbeater.enforce_deadlines(self.active(), now)
-            if now >= next_beat:
-                next_beat = now + self.settings.heartbeat_interval
-                self._heartbeat_all()
-            self._stopped.wait(0.1)
+        self.heartbeater.run(self.active, interval=self.settings.heartbeat_interval,
+                             until=self._stopped, tracked=self.slots.tracked)
 
     def _heartbeat_all(self) -> None:
-        self.heartbeater.beat(self.active(), tracked=self._tracked)
-
-    def _tracked(self, attempt: Attempt) -> bool:
-        with self._active_lock:
-            return attempt.claim.id in self._active
+        self.heartbeater.beat(self.active(), tracked=self.slots.tracked)
 
     def _maintenance_loop(self) -> None:
         TaskLoop(self.periodic, stop=self._stopping, db_state=self._set_db_state).run()
-
-    def _outcomes_written(self) -> None:
-        """The recorder wrote outcomes: their slots, and units of a host cap, are free.
-
-        A capped claim counts the host's running rows in the database, so it may
-        only follow the write; and a capped fetch loop that got fewer jobs than
-        it asked for (the cap, not an empty queue) would otherwise wait for its
-        next poll with a free slot. Extensions tell sibling processes.
-        """
-        if self.capped_claims:
-            self._wake.set()
-        for ext in self.extensions:
-            try:
-                ext.outcomes_written()
-            except errors.DatabaseUnavailable as exc:  # speed only: the poll still claims
-                logger.warning("after outcomes were written: %s", exc)
-            except Exception:
-                logger.exception("extension failed after outcomes were written")
-
-    def _listen_loop(self) -> None:
-        # A capped host's processes also hear each other's freed slots (payload: host).
-        topics = ("jobs", HOSTS_TOPIC) if self.capped_claims else ("jobs",)
-        hosts_channel = channel_name(self.db.schema, HOSTS_TOPIC)
-        listener = self.db.listener(*topics)
-        try:
-            while not self.stopping:
-                try:
-                    received = listener.wait(0.0 if not self.listening.is_set() else 1.0)
-                    self.listening.set()  # LISTEN is in place: NOTIFYs now wake the fetcher
-                    if any(channel != hosts_channel or payload == self.host
-                           for channel, payload in received):
-                        self._wake.set()
-                except errors.DatabaseUnavailable:
-                    self.listening.clear()
-                    self._sleep(1.0)
-        finally:
-            listener.close()
-
-    # -- outcomes --------------------------------------------------------------------
-
-    def reap(self) -> int:
-        # Refresh this process's own claims first: after an outage longer than the
-        # grace (database down, process paused) they look stale, but they are alive
-        # here, and reaping them would run their jobs twice.
-        self._heartbeat_all()
-        return reaper.reap(self.db)
-
-    def _recorded(self, attempt: Attempt, outcome: Outcome, status: JobStatus | None) -> None:
-        claim = attempt.claim
-        with logfields.attempt(job_id=claim.id, job_class=claim.job_class,
-                               attempt=claim.attempt, queue=claim.queue, host=self.host):
-            with self._active_lock:
-                self._active.pop(claim.id, None)
-            self.outcomes.recorded(attempt, outcome, status)
 
     # -- shutdown ------------------------------------------------------------------
 
     def _shutdown(self, timeout: float | None = None) -> int:
         with self._shutdown_lock:
             if self._stopped.is_set():
-                return EXIT_CRASHED if self._crash else EXIT_OK
+                return EXIT_CRASHED if self._threads.crash else EXIT_OK
             return self._shutdown_locked(timeout)
 
     def _call_all(self, hook: str) -> None:
@@ -523,27 +308,14 @@ class Worker:
             except Exception:
                 logger.exception("%s of %s failed", hook, type(ext).__name__)
 
-    def _release_unstarted(self) -> None:
-        """Claimed but not started: back to pending at once, attempt refunded."""
-        while True:
-            try:
-                attempt = self._ready.get_nowait()
-            except queue.Empty:
-                return
-            if attempt is not None:
-                self._give_back(attempt)
-
     def _shutdown_locked(self, timeout: float | None) -> int:
         grace = self.settings.shutdown_grace if timeout is None else timeout
         deadline = time.monotonic() + grace
         self._call_all("on_stopping")
-        self._wake.set()
-        for thread in self._threads:
-            if thread.name == "jobwarden-fetch":
-                thread.join(timeout=10)
-        self._release_unstarted()
-        for _ in range(self.settings.concurrency):
-            self._ready.put(None)
+        self.claimer.wake()
+        self._threads.join("fetch", timeout=10)
+        self.slots.release_unstarted()
+        self.slots.end_threads()
         while not self._force.is_set():
             if self.running_slots.wait_all_free(min(0.2, max(deadline - time.monotonic(), 0))):
                 break
@@ -560,14 +332,8 @@ class Worker:
         self._call_all("on_stopped")
         self.outcomes.close()
         logger.info("worker %s stopped", self.host)
-        return EXIT_CRASHED if self._crash else EXIT_OK
+        return EXIT_CRASHED if self._threads.crash else EXIT_OK
 
 
 #: Builds one extension for a worker (called once, from ``Worker.__init__``).
 ExtensionFactory = Callable[[Worker], WorkerExtension]
-
-
-def _link(ext: WorkerExtension, attempt: Attempt, job_class: type[definitions.Job],
-          call_next: CallNext) -> CallNext:
-    """One link of the attempt chain: ``ext`` around everything after it."""
-    return lambda context: ext.around_attempt(attempt, job_class, context, call_next)

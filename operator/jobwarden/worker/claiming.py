@@ -1,0 +1,185 @@
+"""Claiming: the worker's ``fetch`` and ``listen`` threads.
+
+The fetch thread claims batches of due jobs for the free slots (plus a
+prefetch, judged from recent job durations) and hands each claim to the slots
+(:mod:`jobwarden.worker.slots`). It sleeps on one wake event between claims;
+NOTIFYs (the ``listen`` thread), freed slots of a capped host and a stop set
+it. Polling every ``poll_interval`` is the truth; the wake-ups are speed only.
+
+A claim whose reply was lost (the commit may have happened) is resolved by
+asking which rows carry the claim's batch id before claiming more, never by
+guessing: see :meth:`Claimer._resolve_claim`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+
+from jobwarden import errors
+from jobwarden.db.database import Database, channel_name
+from jobwarden.db.hosts import HOSTS_TOPIC
+from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
+from jobwarden.structs.jobs import ClaimedJob
+from jobwarden.worker.capacity import Capacity
+from jobwarden.worker.extensions import WorkerExtension
+
+logger = logging.getLogger("jobwarden.worker")
+
+
+class Claimer:
+    """Claims jobs for one worker's free slots; see the module docstring.
+
+    ``accept`` takes each claimed job (it counts a unit of ``capacity`` itself);
+    ``average_duration`` is the slots' moving average of attempt durations (None
+    before the first), from which the automatic prefetch is sized.
+    """
+
+    def __init__(self, db: Database, settings: WorkerSettings, *, capacity: Capacity,
+                 extensions: Sequence[WorkerExtension], stopping: threading.Event,
+                 db_state: Callable[[bool], None], accept: Callable[[ClaimedJob], None],
+                 average_duration: Callable[[], float | None]) -> None:
+        self.db = db
+        self.settings = settings
+        self.host = settings.host
+        self.capacity = capacity
+        self.extensions = extensions
+        #: Claims lock the host row and honour its cap (the host registry asks for it).
+        self.capped_claims = any(ext.caps_claims for ext in extensions)
+        self._stopping = stopping
+        self._db_state = db_state
+        self._accept = accept
+        self._average_duration = average_duration
+        #: What the fetch loop sleeps on between claims (read afresh on every use).
+        self.wake_event = threading.Event()
+        #: Set while the LISTEN connection is up (tests wait on it instead of sleeping).
+        self.listening = threading.Event()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    def wake(self) -> None:
+        """Claim again now instead of at the next poll."""
+        self.wake_event.set()
+
+    def fetch_loop(self) -> None:
+        """The ``fetch`` thread: claim for free slots until the worker stops."""
+        failures = 0
+        #: The batch of a claim that failed with its outcome unknown (the commit may
+        #: have happened, the reply was lost): resolved by asking before claiming more.
+        unresolved: uuid.UUID | None = None
+        while not self.stopping:
+            target = self.settings.concurrency + self._prefetch()
+            in_flight = self.capacity.in_flight
+            if in_flight >= target:
+                self.capacity.wait_in_flight_below(target, 0.5)
+                continue
+            free = min(target - in_flight, self.capacity.free)
+            # Cleared before the claim, not after: a NOTIFY that arrives while the
+            # claim is in flight must still wake the wait below.
+            self.wake_event.clear()
+            try:
+                if unresolved is not None:
+                    self._resolve_claim(unresolved)
+                    unresolved = None
+                    continue  # then claim as usual, at once
+                limit = self._claim_gate(free)
+                batch = uuid.uuid4()
+                unresolved = batch if limit > 0 else None
+                claimed = self.db.jobs.claim(
+                    host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
+                    queues=self.settings.queues or None, host_cap=self.capped_claims,
+                    batch=batch,
+                ) if limit > 0 else []
+                unresolved = None
+                self._db_state(True)
+                failures = 0
+            except errors.DatabaseUnavailable as exc:
+                self._db_state(False)
+                failures += 1
+                logger.warning("claim failed: %s", exc)
+                self._stopping.wait(min(0.05 * 2 ** min(failures, 5), 1.0))  # resume promptly
+                continue
+            for claim in claimed:
+                self._accept(claim)
+            if claimed and len(claimed) >= limit:
+                continue  # probably more due: claim again as soon as slots free up
+            self.wake_event.wait(self.settings.poll_interval)
+        if unresolved is not None:  # stopping: whatever it took is given back at once
+            try:
+                self._resolve_claim(unresolved)
+            except errors.DatabaseUnavailable as exc:
+                logger.warning("cannot tell what the last claim took (the reaper will): %s",
+                               exc)
+
+    def _resolve_claim(self, batch: uuid.UUID) -> None:
+        """Accept the jobs a claim took although its reply was lost (given back if stopping).
+
+        The worker chose the claim's batch id, from which the database derived
+        the claim tokens: it asks which processing rows carry them, never guesses.
+        """
+        claimed = self.db.jobs.claims_of_batch(host=self.host, batch=batch,
+                                                grace_seconds=self.settings.heartbeat_grace)
+        self._db_state(True)
+        if claimed:
+            logger.warning("recovered %d claim(s) whose reply was lost: job(s) %s",
+                           len(claimed), ", ".join(str(c.id) for c in claimed))
+        for claim in claimed:
+            self._accept(claim)
+
+    def _claim_gate(self, free: int) -> int:
+        """How many jobs may be claimed now: each extension may lower the count."""
+        for ext in self.extensions:
+            free = ext.claim_gate(free)
+        return free
+
+    def _prefetch(self) -> int:
+        """How many jobs to hold claimed beyond the free slots right now."""
+        if self.settings.prefetch is not None:
+            return self.settings.max_prefetch
+        average = self._average_duration()
+        if average is None:
+            return self.settings.concurrency
+        wanted = int(PREFETCH_WORK_SECONDS * self.settings.concurrency / max(average, 1e-4))
+        return min(wanted, self.settings.max_prefetch)
+
+    def outcomes_written(self) -> None:
+        """The recorder wrote outcomes: their slots, and units of a host cap, are free.
+
+        A capped claim counts the host's running rows in the database, so it may
+        only follow the write; and a capped fetch loop that got fewer jobs than
+        it asked for (the cap, not an empty queue) would otherwise wait for its
+        next poll with a free slot. Extensions tell sibling processes.
+        """
+        if self.capped_claims:
+            self.wake_event.set()
+        for ext in self.extensions:
+            try:
+                ext.outcomes_written()
+            except errors.DatabaseUnavailable as exc:  # speed only: the poll still claims
+                logger.warning("after outcomes were written: %s", exc)
+            except Exception:
+                logger.exception("extension failed after outcomes were written")
+
+    def listen_loop(self) -> None:
+        """The ``listen`` thread: a NOTIFY of an enqueue (or a sibling's freed slot) wakes."""
+        # A capped host's processes also hear each other's freed slots (payload: host).
+        topics = ("jobs", HOSTS_TOPIC) if self.capped_claims else ("jobs",)
+        hosts_channel = channel_name(self.db.schema, HOSTS_TOPIC)
+        listener = self.db.listener(*topics)
+        try:
+            while not self.stopping:
+                try:
+                    received = listener.wait(0.0 if not self.listening.is_set() else 1.0)
+                    self.listening.set()  # LISTEN is in place: NOTIFYs now wake the fetcher
+                    if any(channel != hosts_channel or payload == self.host
+                           for channel, payload in received):
+                        self.wake_event.set()
+                except errors.DatabaseUnavailable:
+                    self.listening.clear()
+                    self._stopping.wait(1.0)
+        finally:
+            listener.close()
