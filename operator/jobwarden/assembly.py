@@ -11,7 +11,10 @@ all build workers here, so each runs with the same parts in the same order:
 2. the host registry: drain, per-host cap, self-drain and deregistration;
 3. the schedule runner: code-schedule sync and due slots, periodically;
 4. the ``/tick`` route, when the worker serves HTTP; its ticks run the same
-   schedule pass as the runner of step 3.
+   schedule pass as the runner of step 3;
+5. the gauge exporter, when the worker serves HTTP (``/metrics``) and
+   ``gauge_interval`` > 0: it competes for the gauge lease with every other
+   worker and the operator, so one process per database exports queue depth.
 
 Nothing here is module state: two workers in one process (tests, ``jobwarden
 dev`` in-process) each get their own extensions.
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 from jobwarden import attempt_tracing, tracing
 from jobwarden.db.database import Database
 from jobwarden.exclusive import ExclusiveJobs
+from jobwarden.gauge_extension import GaugeExtension
 from jobwarden.membership import HostMembership
 from jobwarden.schedules.service import ScheduleExtension
 from jobwarden.settings import WorkerSettings
@@ -65,6 +69,8 @@ def build_worker(db: Database, settings: WorkerSettings, *,
     if settings.http_port is not None:
         factories.append(lambda worker: TickExtension(worker,
                                                       run_schedules=schedules.tick_pass))
+        if settings.gauge_interval > 0:
+            factories.append(GaugeExtension)
     if tracing.enabled():  # outermost: the attempt's span covers lease waits too
         factories.insert(0, attempt_tracing.TracingExtension)
     return Worker(db, settings, extensions=[*factories, *extra])

@@ -37,9 +37,10 @@ jobwarden_schedule_slots_skipped_total            counter    schedule
 jobwarden_schedule_runs_total                     counter    result
 ================================================  =========  ==============================
 
-The database-wide gauges are exported once per database, by the operator that
-holds the ``operator:gauges`` loop lease, never by every worker, so a sum over
-pods never multiplies them:
+The database-wide gauges are exported once per database, by the one process
+(the operator, or a worker that serves /metrics) that holds the
+``jobwarden:gauges`` lease (:mod:`jobwarden.gauges`), never by every pod, so a
+sum over pods never multiplies them:
 
 ================================================  =========  ==============================
 jobwarden_queue_depth                             gauge      queue, status
@@ -189,7 +190,7 @@ SCHEDULE_RUNS = Counter(
     registry=REGISTRY,
 )
 
-# Database-wide gauges: set only by the operator / exporter loop.
+# Database-wide gauges: set only by the holder of the gauge lease (jobwarden.gauges).
 QUEUE_DEPTH = Gauge(
     "jobwarden_queue_depth", "Jobs per queue and status.", ("queue", "status"),
     registry=REGISTRY,

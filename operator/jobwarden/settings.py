@@ -130,6 +130,9 @@ class WorkerSettings:
     host_cap: int | None = None
     #: Run due schedules at most this often (0 = off).
     schedule_check_seconds: float = 15.0
+    #: With an HTTP port: compete for the gauge lease and, while holding it,
+    #: export the database-wide gauges this often (0 = never; jobwarden.gauges).
+    gauge_interval: float = 15.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobwarden import metrics
+from jobwarden import gauges, metrics
 from jobwarden.client import Client
 from jobwarden.controller import periodic
 from jobwarden.controller.config import OperatorConfig
@@ -76,16 +76,16 @@ def test_of_two_operators_one_runs_the_loop_until_it_stops(
 def test_gauges_are_set_by_the_holder_and_removed_by_a_standby(db: Database,
                                                               client: Client) -> None:
     client.enqueue("tests.support.testjobs:Noop", queue="reports", check=False)
-    gauges = periodic.Gauges(runtime(db, "op-a"))
-    gauges()
+    exported = gauges.DatabaseGauges(db)
+    exported()
     sample = metrics.REGISTRY.get_sample_value
     assert sample("jobwarden_queue_depth", {"queue": "reports", "status": "pending"}) == 1
     assert sample("jobwarden_queue_depth", {"queue": "reports", "status": "failed"}) == 0
     assert sample("jobwarden_queue_oldest_pending_seconds", {"queue": "reports"}) >= 0
     client.enqueue("tests.support.testjobs:Noop", queue="later", delay=3600, check=False)
-    gauges()
+    exported()
     assert sample("jobwarden_queue_oldest_pending_seconds", {"queue": "later"}) == 0  # not due
-    gauges.clear()
+    exported.clear()
     assert sample("jobwarden_queue_depth", {"queue": "reports", "status": "pending"}) is None
 
 

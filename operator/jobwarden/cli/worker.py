@@ -84,6 +84,9 @@ def register(subparsers: Any) -> None:
          "how long running jobs may take after SIGTERM"),
         ("--schedule-check-seconds", "JOBWARDEN_SCHEDULE_CHECK_SECONDS", 15.0,
          "run due schedules at most this often, 0 = off"),
+        ("--gauge-interval", "JOBWARDEN_GAUGE_INTERVAL", 15.0,
+         "with --http-port: export queue depth and the other database-wide gauges this "
+         "often while holding the gauge lease, 0 = never"),
     ):
         parser.add_argument(flag, type=arguments.duration, default=None, metavar="DURATION",
                             help=f"{text} (default: ${env} or {default:g}s)")
@@ -124,6 +127,7 @@ def worker_settings(args: argparse.Namespace) -> settings.WorkerSettings:
         result_max_bytes=args.result_max_bytes,
         schedule_check_seconds=seconds("schedule_check_seconds",
                                        "JOBWARDEN_SCHEDULE_CHECK_SECONDS", 15.0),
+        gauge_interval=seconds("gauge_interval", "JOBWARDEN_GAUGE_INTERVAL", 15.0),
     )
 
 

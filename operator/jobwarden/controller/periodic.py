@@ -12,8 +12,9 @@ work correct: every loop is safe to run concurrently (a slot's unique key
 decides "one job per slot", the reaper's claims are fenced), so a pass that
 outlives its lease costs a duplicate query, never a duplicate job. What the
 lease does guarantee is that the database-wide gauges are exported by one
-process only: an operator that does not hold ``operator:gauges`` removes them,
-so a ``sum()`` over operators never multiplies queue depth.
+process only: the gauge loop's lease is ``jobwarden:gauges``, which workers that
+serve /metrics compete for too (:mod:`jobwarden.gauges`); a process that does
+not hold it removes what it exported, so a ``sum()`` never multiplies queue depth.
 
 A failing pass is logged and counted and the loop goes on: the loops never
 throw (a database outage must not stop kopf's reconciliation), and /healthz
@@ -22,78 +23,25 @@ reports a loop thread that died.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import logging
 import threading
-import time
 from collections.abc import Callable
-from typing import Any
 
-from jobwarden import errors, leases, metrics, reaper
+from jobwarden import errors, gauges, reaper
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
 from jobwarden.looping import PeriodicTask, TaskLoop
 from jobwarden.schedules import runner
-from jobwarden.structs.states import JobStatus
 
 logger = logging.getLogger("jobwarden.controller.periodic")
 
 LEASE_PREFIX = "operator:"
 
 
-class LoopLease:
-    """The database lease this process tries to hold for one loop (the shared holder)."""
-
-    def __init__(self, db: Database, *, name: str, owner: str, host: str, ttl: float) -> None:
-        self._db = db
-        self.name = name
-        self._owner = owner
-        self._host = host
-        self._ttl = ttl
-        self._holder: leases.LeaseHolder | None = None
-
-    @property
-    def token(self) -> int | None:
-        return self._holder.token if self._holder is not None else None
-
-    @property
-    def held(self) -> bool:
-        return self._holder is not None
-
-    def hold(self) -> bool:
-        """Renew the lease if held, else try to take it; True when this process holds it."""
-        if self._holder is not None:
-            if self._holder.extend():
-                return True
-            logger.warning("lost lease %s (token %d): another operator took over", self.name,
-                           self._holder.token)
-            self._holder = None
-        sent = time.monotonic()
-        found = self._db.leases.try_acquire(name=self.name, owner=self._owner,
-                                            ttl_seconds=self._ttl, host=self._host)
-        if found.acquired:
-            self._holder = leases.LeaseHolder(self._db, found, owner=self._owner,
-                                              ttl=self._ttl, kind="lock", requested_at=sent,
-                                              counted=False)
-            logger.info("holding lease %s (token %s): this operator runs the loop", self.name,
-                        found.token)
-            return True
-        return False
-
-    def forget(self) -> None:
-        """The lease table is out of reach: stop counting on the lease (it may lapse)."""
-        self._holder = None
-
-    def release(self) -> None:
-        holder, self._holder = self._holder, None
-        if holder is None:
-            return
-        try:
-            holder.release(retry_seconds=0)
-        except errors.JobwardenError as exc:
-            logger.warning("could not release lease %s (it will lapse): %s", self.name, exc)
+#: The operator's loop lease is the shared holder of :mod:`jobwarden.gauges`.
+LoopLease = gauges.LoopLease
 
 
 @dataclasses.dataclass
@@ -103,6 +51,8 @@ class Loop:
     run: Callable[[], object]
     #: Called when this process does not (or no longer) hold the loop's lease.
     standby: Callable[[], None] | None = None
+    #: The loop's lease (default ``operator:<name>``).
+    lease: str | None = None
 
 
 class Periodic:
@@ -114,7 +64,7 @@ class Periodic:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self.leases = {
-            loop.name: LoopLease(runtime.db, name=f"{LEASE_PREFIX}{loop.name}",
+            loop.name: LoopLease(runtime.db, name=loop.lease or f"{LEASE_PREFIX}{loop.name}",
                                  owner=runtime.owner, host=runtime.config.pod_name,
                                  ttl=runtime.config.loop_lease_ttl(loop.interval))
             for loop in loops
@@ -182,62 +132,14 @@ def run_schedules(db: Database) -> None:
                     report.missed, report.errors)
 
 
-class Gauges:
-    """The database-wide gauges, set by the holder of ``operator:gauges`` only."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        self._depth: set[tuple[str, str]] = set()
-        self._oldest: set[str] = set()
-        self._schedules: set[str] = set()
-        self._hosts: set[tuple[str, str]] = set()
-
-    def __call__(self) -> None:
-        db = self.runtime.db
-        depth = {(s.queue, s.status.value): float(s.count) for s in db.jobs.stats()}
-        queues = {queue for queue, _ in depth}
-        for queue in queues:  # every status of a known queue, zeros included
-            for state in JobStatus:
-                depth.setdefault((queue, state.value), 0)
-        self._depth = _replace(metrics.QUEUE_DEPTH, self._depth, depth)
-        oldest = db.jobs.oldest_pending()
-        self._oldest = _replace(metrics.QUEUE_OLDEST_PENDING, self._oldest,
-                                {(q,): oldest.get(q, 0.0) for q in queues | set(oldest)})
-        hosts = {(c.pool, c.state): float(c.count) for c in db.hosts.counts()}
-        self._hosts = _replace(metrics.HOSTS, self._hosts, hosts)
-        since: dict[tuple[str, ...], float] = {}
-        lag: dict[tuple[str, ...], float] = {}
-        for item in self.runtime.client.schedules.health():
-            metrics.prime_schedule(item.name)
-            since[(item.name,)] = float(item.seconds_since_success)
-            lag[(item.name,)] = float(item.lag_seconds)
-        _replace(metrics.SCHEDULE_SINCE_SUCCESS, self._schedules, since)
-        self._schedules = _replace(metrics.SCHEDULE_LAG, self._schedules, lag)
-
-    def clear(self) -> None:
-        """Not the holder (any more): export none of the database-wide gauges."""
-        for gauge in (metrics.QUEUE_DEPTH, metrics.QUEUE_OLDEST_PENDING,
-                      metrics.SCHEDULE_SINCE_SUCCESS, metrics.SCHEDULE_LAG, metrics.HOSTS):
-            gauge.clear()
-        self._depth, self._oldest, self._schedules, self._hosts = set(), set(), set(), set()
-
-
-def _replace(gauge: Any, previous: set[Any], values: dict[Any, float]) -> set[Any]:
-    """Set every labelled value and remove the label sets that disappeared."""
-    for labels, value in values.items():
-        gauge.labels(*labels).set(value)
-    for labels in previous - set(values):
-        with contextlib.suppress(KeyError):
-            gauge.remove(*labels)
-    return set(values)
-
-
-def loops(runtime: Runtime) -> tuple[list[Loop], Gauges]:
+def loops(runtime: Runtime) -> tuple[list[Loop], gauges.DatabaseGauges]:
     config = runtime.config
-    gauges = Gauges(runtime)
+    exported = gauges.DatabaseGauges(runtime.db)
     return [
         Loop(name="schedules", interval=config.schedule_interval,
              run=lambda: run_schedules(runtime.db)),
         Loop(name="reaper", interval=config.reap_interval, run=lambda: reap(runtime.db)),
-        Loop(name="gauges", interval=config.gauge_interval, run=gauges, standby=gauges.clear),
-    ], gauges
+        # The gauge lease is shared with workers that serve /metrics (jobwarden.gauges).
+        Loop(name="gauges", interval=config.gauge_interval, run=exported,
+             standby=exported.clear, lease=gauges.LEASE_NAME),
+    ], exported

@@ -1,0 +1,210 @@
+"""Database-wide gauges, exported once per database by whichever process holds their lease.
+
+Queue depth, oldest pending age, schedule freshness and host counts describe the
+*database*, not a process: if every worker exported them, a ``sum()`` over pods
+would multiply the backlog by the number of pods. So exactly one process per
+database exports them: the holder of the lease :data:`LEASE_NAME`. Any process
+that serves ``/metrics`` may compete for it -- the operator (one of its loops)
+and every ``jobwarden worker`` with an HTTP port (the extension in
+:mod:`jobwarden.gauge_extension`, added by :mod:`jobwarden.assembly`) -- so a
+plain worker deployment without the operator can still alert on backlog, and
+the gauges survive the death of whichever process exported them (its lease
+lapses and another takes it).
+
+A process that does not hold the lease (or lost it) removes the gauges it had
+exported, so a scrape never sees two processes' copies for long; a process
+that never exported has nothing to remove. A worker that begins to stop
+releases the lease at once, so another takes over at its next pass instead of
+after the lease's lifetime.
+
+Why a database lease and not kopf peering or a leader election: several
+clusters and plain workers share one database, and the lease table already
+gives owner-fenced, expiring, token-counted holders (:class:`LoopLease` is the
+same holder the operator uses for each of its loops).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+from jobwarden import errors, leases, metrics
+from jobwarden.looping import PeriodicTask
+from jobwarden.structs.states import JobStatus
+
+if TYPE_CHECKING:
+    from jobwarden.db.database import Database
+
+__all__ = ["LEASE_NAME", "DatabaseGauges", "GaugeExporter", "LoopLease", "lease_ttl"]
+
+logger = logging.getLogger("jobwarden.gauges")
+
+#: The lease whose holder exports the database-wide gauges (operator or worker).
+LEASE_NAME = "jobwarden:gauges"
+
+
+def lease_ttl(interval: float) -> float:
+    """How long the gauge lease lives without renewal: three passes, at least 10 s."""
+    return max(3 * interval, 10.0)
+
+
+class LoopLease:
+    """The database lease one process tries to hold for one periodic loop.
+
+    ``hold()`` renews the lease when held, else tries to take it; a holder that
+    finds its lease taken over logs it and competes again like anyone else.
+    """
+
+    def __init__(self, db: Database, *, name: str, owner: str, host: str, ttl: float) -> None:
+        self._db = db
+        self.name = name
+        self._owner = owner
+        self._host = host
+        self._ttl = ttl
+        self._holder: leases.LeaseHolder | None = None
+
+    @property
+    def token(self) -> int | None:
+        return self._holder.token if self._holder is not None else None
+
+    @property
+    def held(self) -> bool:
+        return self._holder is not None
+
+    def hold(self) -> bool:
+        """Renew the lease if held, else try to take it; True when this process holds it."""
+        if self._holder is not None:
+            if self._holder.extend():
+                return True
+            logger.warning("lost lease %s (token %d): another process took over", self.name,
+                           self._holder.token)
+            self._holder = None
+        sent = time.monotonic()
+        found = self._db.leases.try_acquire(name=self.name, owner=self._owner,
+                                            ttl_seconds=self._ttl, host=self._host)
+        if found.acquired:
+            self._holder = leases.LeaseHolder(self._db, found, owner=self._owner,
+                                              ttl=self._ttl, kind="lock", requested_at=sent,
+                                              counted=False)
+            logger.info("holding lease %s (token %s): this process runs the loop", self.name,
+                        found.token)
+            return True
+        return False
+
+    def forget(self) -> None:
+        """The lease table is out of reach: stop counting on the lease (it may lapse)."""
+        self._holder = None
+
+    def release(self) -> None:
+        holder, self._holder = self._holder, None
+        if holder is None:
+            return
+        try:
+            holder.release(retry_seconds=0)
+        except errors.JobwardenError as exc:
+            logger.warning("could not release lease %s (it will lapse): %s", self.name, exc)
+
+
+class DatabaseGauges:
+    """Reads the database-wide figures and sets the gauges (the lease holder only)."""
+
+    def __init__(self, db: Database) -> None:
+        self.db = db
+        self._lock = threading.Lock()
+        self._depth: set[tuple[str, ...]] = set()
+        self._oldest: set[tuple[str, ...]] = set()
+        self._schedules: set[tuple[str, ...]] = set()
+        self._hosts: set[tuple[str, ...]] = set()
+        #: True while this process has gauges exported (a standby has nothing to clear).
+        self.exporting = False
+
+    def __call__(self) -> None:
+        db = self.db
+        depth: dict[tuple[str, ...], float] = {
+            (s.queue, s.status.value): float(s.count) for s in db.jobs.stats()}
+        queues = {labels[0] for labels in depth}
+        for queue in queues:  # every status of a known queue, zeros included
+            for state in JobStatus:
+                depth.setdefault((queue, state.value), 0)
+        oldest = db.jobs.oldest_pending()
+        hosts: dict[tuple[str, ...], float] = {
+            (c.pool, c.state): float(c.count) for c in db.hosts.counts()}
+        since: dict[tuple[str, ...], float] = {}
+        lag: dict[tuple[str, ...], float] = {}
+        for item in db.schedules.health():
+            metrics.prime_schedule(item.name)
+            since[(item.name,)] = float(item.seconds_since_success)
+            lag[(item.name,)] = float(item.lag_seconds)
+        with self._lock:  # read first, then set all at once: a clear() never interleaves
+            self._depth = _replace(metrics.QUEUE_DEPTH, self._depth, depth)
+            self._oldest = _replace(metrics.QUEUE_OLDEST_PENDING, self._oldest,
+                                    {(q,): oldest.get(q, 0.0) for q in queues | set(oldest)})
+            self._hosts = _replace(metrics.HOSTS, self._hosts, hosts)
+            _replace(metrics.SCHEDULE_SINCE_SUCCESS, self._schedules, since)
+            self._schedules = _replace(metrics.SCHEDULE_LAG, self._schedules, lag)
+            self.exporting = True
+
+    def clear(self) -> None:
+        """Not the holder (any more): export none of the database-wide gauges."""
+        with self._lock:
+            if not self.exporting:
+                return
+            for gauge in (metrics.QUEUE_DEPTH, metrics.QUEUE_OLDEST_PENDING,
+                          metrics.SCHEDULE_SINCE_SUCCESS, metrics.SCHEDULE_LAG, metrics.HOSTS):
+                gauge.clear()
+            self._depth, self._oldest, self._schedules, self._hosts = set(), set(), set(), set()
+            self.exporting = False
+
+
+def _replace(gauge: Any, previous: set[tuple[str, ...]],
+             values: dict[tuple[str, ...], float]) -> set[tuple[str, ...]]:
+    """Set every labelled value and remove the label sets that disappeared."""
+    for labels, value in values.items():
+        gauge.labels(*labels).set(value)
+    for labels in previous - set(values):
+        with contextlib.suppress(KeyError):
+            gauge.remove(*labels)
+    return set(values)
+
+
+class GaugeExporter:
+    """The gauges under their lease: a periodic task whose gate is the lease.
+
+    ``task`` runs in the caller's :class:`~jobwarden.looping.TaskLoop`: each pass
+    holds (renews or takes) :data:`LEASE_NAME` and then exports; a pass without the
+    lease removes what this process exported. :meth:`stop` releases the lease and
+    removes the gauges, so another process takes over at its next pass.
+    """
+
+    def __init__(self, db: Database, *, owner: str, host: str, interval: float,
+                 ttl: float | None = None) -> None:
+        self.gauges = DatabaseGauges(db)
+        self.lease = LoopLease(db, name=LEASE_NAME, owner=owner, host=host,
+                               ttl=ttl if ttl is not None else lease_ttl(interval))
+        self._stopped = threading.Event()
+        self.task = PeriodicTask(name="gauges", interval=interval, run=self._run,
+                                 gate=self._gate, standby=self.gauges.clear)
+
+    def _gate(self) -> bool:
+        if self._stopped.is_set():
+            return False
+        try:
+            return self.lease.hold()
+        except errors.JobwardenError as exc:
+            logger.warning("gauges: cannot reach the lease table: %s", exc)
+            self.lease.forget()
+            return False
+
+    def _run(self) -> None:
+        self.gauges()
+        if self._stopped.is_set():  # stop() came during the pass: take nothing back out
+            self.gauges.clear()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self.task.interval = 0
+        self.lease.release()
+        self.gauges.clear()
