@@ -19,6 +19,7 @@ from jobwarden import definitions, errors, metrics, textrules, tracing
 from jobwarden.db import jobs as jobs_db
 from jobwarden.db import plans
 from jobwarden.db.database import channel_name
+from jobwarden.structs import podruns
 from jobwarden.structs.jobs import EnqueueResult, JobRecord, JobSpec
 from jobwarden.structs.states import TERMINAL, JobStatus
 
@@ -46,9 +47,13 @@ def spec(
     priority: int | None = None, run_at: datetime.datetime | None = None,
     delay: float | datetime.timedelta | None = None, unique_key: str | None = None,
     max_retries: int | None = None, timeout: float | None = None,
-    idempotent: bool | None = None, check: bool = True,
+    idempotent: bool | None = None, check: bool = True, pod_run: str | None = None,
 ) -> JobSpec:
-    """Validate one enqueue request and build its row (nothing is written)."""
+    """Validate one enqueue request and build its row (nothing is written).
+
+    ``pod_run`` (``<Kind>/<namespace>/<name>``) makes the job a pod run: no worker
+    claims it; the operator runs it in a pod of that resource's template.
+    """
     path, cls = definitions.reference(job, must_import=check)
     if cls is not None:  # typed data and function signatures, wherever the code imports
         data = definitions.encode_data(cls, data)
@@ -67,6 +72,8 @@ def spec(
         textrules.check_name(queue, "queue", max_length=textrules.MAX_QUEUE_LENGTH)
     if priority is not None and not isinstance(priority, bool):
         textrules.check_int32(int(priority), "priority")
+    if pod_run is not None and (problem := podruns.pod_run_problem(pod_run)) is not None:
+        raise errors.InvalidInput(f"pod_run {problem}")
     base: type[definitions.Job] = cls or definitions.Job
     resolved_timeout = float(timeout if timeout is not None else base.timeout)
     resolved_retries = int(max_retries if max_retries is not None else base.max_retries)
@@ -86,6 +93,7 @@ def spec(
         idempotent=bool(idempotent if idempotent is not None
                         else base.idempotent or base.transactional),
         unique_key=unique_key,
+        pod_run=pod_run,
     )
 
 

@@ -39,14 +39,14 @@ DONE_TOPIC = "done"
 COPY_MIN_ROWS = 32
 #: The binary types of job_copy's columns, in its order.
 _COPY_TYPES = ("int8", "text", "text", "jsonb", "int4", "timestamptz", "int4", "float8",
-               "bool", "text", "text", "text", "text", "float8", "text")
+               "bool", "text", "text", "text", "text", "float8", "text", "text")
 
 
 def _record(row: Row) -> JobRecord:
     (id_, queue, job_class, data, priority, status, run_at, attempts, max_retries, timeout,
      idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at, cancel_requested,
      deferrals, lease_lost, lease_token, result, last_error, schedule_name, created_at,
-     updated_at, finished_at, trace_context) = row
+     updated_at, finished_at, trace_context, pod_run) = row
     return JobRecord(
         id=id_, queue=queue, job_class=job_class, data=data, priority=priority,
         status=JobStatus(status), run_at=run_at, attempts=attempts, max_retries=max_retries,
@@ -56,6 +56,7 @@ def _record(row: Row) -> JobRecord:
         lease_lost=lease_lost, lease_token=lease_token, result=result, last_error=last_error,
         schedule_name=schedule_name, created_at=created_at, updated_at=updated_at,
         finished_at=finished_at, trace_context=trace_context,
+        pod_run=pod_run,
     )
 
 
@@ -351,7 +352,7 @@ def _copy(specs: Sequence[JobSpec], *, channel: str) -> plans.Plan[list[EnqueueR
         rows.append((id_, s.queue, s.job_class, Jsonb(s.data), s.priority, run_at,
                      s.max_retries, s.timeout_seconds, s.idempotent, s.unique_key,
                      s.lease_name, s.schedule_name, s.on_busy, s.lease_ttl_seconds,
-                     s.trace_context))
+                     s.trace_context, s.pod_run))
     yield plans.Copy("job_copy", _COPY_TYPES, rows)
     return [EnqueueResult(id=id_, duplicate=False) for id_ in ids]
 
@@ -375,6 +376,7 @@ def _insert_unnest(specs: Sequence[JobSpec], *,
         "on_busys": [s.on_busy for s in specs],
         "lease_ttls": [s.lease_ttl_seconds for s in specs],
         "trace_contexts": [s.trace_context for s in specs],
+        "pod_runs": [s.pod_run for s in specs],
         "channel": channel,
     }
     rows = yield from plans.rows("job_insert_many", params)
@@ -415,7 +417,7 @@ def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:
         "idempotent": spec.idempotent, "unique_key": spec.unique_key,
         "lease_name": spec.lease_name, "schedule_name": spec.schedule_name,
         "on_busy": spec.on_busy, "lease_ttl": spec.lease_ttl_seconds,
-        "trace_context": spec.trace_context, "channel": channel,
+        "trace_context": spec.trace_context, "pod_run": spec.pod_run, "channel": channel,
     })
     if found:
         return EnqueueResult(id=found[0][0], duplicate=False)

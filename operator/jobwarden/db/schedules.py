@@ -42,7 +42,7 @@ def _record(row: Row) -> ScheduleRecord:
      timeout, max_retries, idempotent, catch_up, window, catch_up_max, overlap, suspended,
      suspended_by, spec_suspended, source, origin, spec_hash, planned_until, last_slot,
      last_enqueued_slot, next_slot, enqueued, skipped, missed, last_job_id, last_job_status,
-     last_job_finished_at, last_success_at, last_error, created_at, updated_at) = row
+     last_job_finished_at, last_success_at, last_error, created_at, updated_at, pod_run) = row
     return ScheduleRecord(
         name=name, cron=cron, interval=_interval_text(interval_seconds), timezone=timezone,
         job_class=job_class, data=data, queue=queue, priority=priority, timeout_seconds=timeout,
@@ -55,7 +55,7 @@ def _record(row: Row) -> ScheduleRecord:
         created_at=created_at, updated_at=updated_at, expression=expression,
         idempotent=idempotent, suspended_by=suspended_by, spec_suspended=spec_suspended,
         origin=origin, planned_until=planned_until, last_enqueued_slot=last_enqueued_slot,
-        last_job_finished_at=last_job_finished_at, last_error=last_error,
+        last_job_finished_at=last_job_finished_at, last_error=last_error, pod_run=pod_run,
     )
 
 
@@ -69,7 +69,7 @@ def _spec_params(spec: ScheduleSpec) -> dict[str, Any]:
         "catch_up": spec.catch_up, "catch_up_window_seconds": spec.catch_up_window_seconds,
         "catch_up_max": spec.catch_up_max, "overlap": spec.overlap,
         "spec_suspended": spec.suspended, "source": spec.source, "origin": spec.origin,
-        "spec_hash": spec.spec_hash,
+        "spec_hash": spec.spec_hash, "pod_run": spec.pod_run,
     }
 
 
@@ -159,7 +159,7 @@ class SchedulesTable:
                         priority=r[5], timeout_seconds=r[6], max_retries=r[7], idempotent=r[8],
                         catch_up=r[9], catch_up_window_seconds=r[10], catch_up_max=r[11],
                         overlap=r[12], planned_until=r[13], last_job_id=r[14],
-                        last_job_status=r[15], next_slot=r[16])
+                        last_job_status=r[15], next_slot=r[16], pod_run=r[17])
             for r in rows
         ]
 

@@ -160,7 +160,8 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_second
                     name=schedule.name, slot=slot, job_class=schedule.job_class,
                     data=schedule.data, queue=schedule.queue, priority=schedule.priority,
                     timeout_seconds=schedule.timeout_seconds, max_retries=schedule.max_retries,
-                    idempotent=schedule.idempotent, overlap=schedule.overlap))
+                    idempotent=schedule.idempotent, overlap=schedule.overlap,
+                    pod_run=schedule.pod_run))
                 owners.append((index, position))
         results = db.jobs.insert_many(batch, conn=conn)
         fresh = [0] * len(advances)

@@ -30,8 +30,12 @@ def schedule_lease(name: str) -> str:
 
 def job_spec(*, name: str, slot: dt.datetime, job_class: str, data: Any, queue: str | None,
              priority: int | None, timeout_seconds: float | None, max_retries: int | None,
-             idempotent: bool | None, overlap: str) -> JobSpec:
-    """The job of one slot. Unset fields take the Job defaults, the same on every runner."""
+             idempotent: bool | None, overlap: str, pod_run: str | None = None) -> JobSpec:
+    """The job of one slot. Unset fields take the Job defaults, the same on every runner.
+
+    ``pod_run``: the schedule's, so a pod-per-run schedule's jobs are the operator's
+    to claim (never a worker's).
+    """
     base = definitions.Job
     return JobSpec(
         job_class=job_class, data=data, queue=queue or base.queue,
@@ -45,6 +49,7 @@ def job_spec(*, name: str, slot: dt.datetime, job_class: str, data: Any, queue: 
         # (never queued behind it); Replace: the new run waits until the old one stopped.
         on_busy={"Forbid": "skip", "Replace": "defer"}.get(overlap),
         schedule_name=name,
+        pod_run=pod_run,
     )
 
 

@@ -114,7 +114,8 @@ class Schedules:
         idempotent: bool | None = None, catch_up: str = "latest",
         catch_up_window_seconds: int = 3600, catch_up_max: int = 10, overlap: str = "Allow",
         suspended: bool = False, source: str = "code", origin: str | None = None,
-        replace_other_sources: bool = True, now: dt.datetime | None = None,
+        pod_run: str | None = None, replace_other_sources: bool = True,
+        now: dt.datetime | None = None,
     ) -> ScheduleRecord:
         """Create or change a schedule; everything is validated before anything is stored.
 
@@ -129,6 +130,7 @@ class Schedules:
             max_retries=max_retries, idempotent=idempotent, catch_up=catch_up,
             catch_up_window_seconds=catch_up_window_seconds, catch_up_max=catch_up_max,
             overlap=overlap, suspended=suspended, source=source, origin=origin,
+            pod_run=pod_run,
         )
         return self.apply(spec, replace_other_sources=replace_other_sources, now=now)
 
@@ -209,7 +211,7 @@ class Schedules:
             catch_up=record.catch_up, catch_up_window_seconds=record.catch_up_window_seconds,
             catch_up_max=record.catch_up_max, overlap=record.overlap,
             suspended=record.spec_suspended, source=record.source, origin=record.origin,
-            spec_hash=record.spec_hash,
+            spec_hash=record.spec_hash, pod_run=record.pod_run,
         )
 
     def spec_hash(self, **definition: Any) -> str:
@@ -330,7 +332,7 @@ class Schedules:
                           queue=record.queue, priority=record.priority,
                           timeout_seconds=record.timeout_seconds,
                           max_retries=record.max_retries, idempotent=record.idempotent,
-                          overlap=record.overlap) for s in slots]
+                          overlap=record.overlap, pod_run=record.pod_run) for s in slots]
         results: builtins.list[EnqueueResult] = []
         with self.db.transaction() as conn:
             results = self.db.jobs.insert_many(specs, conn=conn)
@@ -363,7 +365,7 @@ class Schedules:
                         queue=record.queue, priority=record.priority,
                         timeout_seconds=record.timeout_seconds,
                         max_retries=record.max_retries, idempotent=record.idempotent,
-                        overlap=record.overlap)
+                        overlap=record.overlap, pod_run=record.pod_run)
         token = request if request is not None else uuid.uuid4().hex
         key = f"{name}:run-now:{token}"
         if len(key) > 200:

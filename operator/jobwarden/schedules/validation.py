@@ -17,7 +17,7 @@ from typing import Any
 from jobwarden import definitions, errors, textrules
 from jobwarden.schedules import expressions, planning
 from jobwarden.schedules.errors import ScheduleError
-from jobwarden.structs import policies
+from jobwarden.structs import podruns, policies
 from jobwarden.structs.schedules import ScheduleSpec
 
 __all__ = ["MAX_CATCH_UP", "MAX_EXPRESSION_LENGTH", "MAX_NAME_LENGTH", "MAX_SOURCE_LENGTH",
@@ -113,6 +113,7 @@ def validate(
     max_retries: int | None = None, idempotent: bool | None = None, catch_up: str = "latest",
     catch_up_window_seconds: int = 3600, catch_up_max: int = 10, overlap: str = "Allow",
     suspended: bool = False, source: str = "code", origin: str | None = None,
+    pod_run: str | None = None,
 ) -> ScheduleSpec:
     """Check a definition and return it normalised; raise ScheduleError naming what is wrong.
 
@@ -196,15 +197,21 @@ def validate(
                           f"characters, got {source!r}")
     if origin is not None and (not isinstance(origin, str) or len(origin) > 512):
         raise _fail(name, "origin must be a string of at most 512 characters")
+    if pod_run is not None and (found := podruns.pod_run_problem(pod_run)) is not None:
+        raise _fail(name, f"pod_run {found}")
 
     interval_seconds = expr.seconds if isinstance(expr, expressions.IntervalExpression) else None
     cron_text = expr.cron if isinstance(expr, expressions.CronExpression) else None
-    hashed = compute_spec_hash({
+    fields: dict[str, Any] = {
         "expression": expr.canonical(), "job_class": path, "data": data, "queue": queue,
         "priority": priority, "timeout_seconds": timeout_seconds, "max_retries": max_retries,
         "idempotent": idempotent, "catch_up": catch_up, "catch_up_window_seconds": window,
         "catch_up_max": cap, "overlap": policy, "suspended": suspended,
-    })
+    }
+    if pod_run is not None:
+        # Only when set: every pool schedule keeps the hash it had before pod runs.
+        fields["pod_run"] = pod_run
+    hashed = compute_spec_hash(fields)
     return ScheduleSpec(
         name=name, expression=expr.canonical(), cron=cron_text,
         interval=expressions.format_interval(interval_seconds) if interval_seconds else None,
@@ -214,5 +221,5 @@ def validate(
         queue=queue, priority=priority, timeout_seconds=timeout_seconds,
         max_retries=max_retries, idempotent=idempotent, catch_up=catch_up,
         catch_up_window_seconds=window, catch_up_max=cap, overlap=policy,
-        suspended=suspended, source=source, origin=origin, spec_hash=hashed,
+        suspended=suspended, source=source, origin=origin, spec_hash=hashed, pod_run=pod_run,
     )

@@ -37,6 +37,10 @@ class JobSpec:
     lease_ttl_seconds: float | None = None
     #: The enqueuer's trace context (JSON of W3C headers) when OpenTelemetry is on.
     trace_context: str | None = None
+    #: ``<Kind>/<namespace>/<name>`` of the resource whose pod template runs this job
+    #: (docs/podruns.md): no worker claims it, the operator does, for a pod of its own.
+    #: None = a pool run.
+    pod_run: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -143,6 +147,8 @@ class JobRecord:
     #: The enqueuer's trace context (JSON of W3C ``traceparent``/``tracestate``
     #: headers) when OpenTelemetry was on at enqueue; None otherwise.
     trace_context: str | None = None
+    #: The resource whose pod runs this job (None = a pool run); see JobSpec.pod_run.
+    pod_run: str | None = None
 
     @property
     def trace_id(self) -> str | None:

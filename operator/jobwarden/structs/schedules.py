@@ -48,6 +48,9 @@ class ScheduleSpec:
     source: str
     origin: str | None
     spec_hash: str
+    #: ``<Kind>/<namespace>/<name>`` when each run is a pod of its own (copied onto
+    #: every job the runner enqueues); None = runs on a WorkerPool.
+    pod_run: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -98,6 +101,7 @@ class ScheduleRecord:
     last_enqueued_slot: datetime.datetime | None = None
     last_job_finished_at: datetime.datetime | None = None
     last_error: str | None = None
+    pod_run: str | None = None
 
     def as_json(self) -> dict[str, Any]:
         return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -126,6 +130,8 @@ class DueSchedule:
     last_job_status: str | None
     #: The due slot as stored (the page key, with the name).
     next_slot: datetime.datetime
+    #: Copied onto every job enqueued for the schedule (None = a pool run).
+    pod_run: str | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -14,19 +14,19 @@ WITH input AS (
         %(run_ats)s::timestamptz[], %(delays)s::double precision[], %(max_retries)s::integer[],
         %(timeouts)s::double precision[], %(idempotents)s::boolean[], %(unique_keys)s::text[],
         %(lease_names)s::text[], %(schedule_names)s::text[], %(on_busys)s::text[],
-        %(lease_ttls)s::double precision[], %(trace_contexts)s::text[]
+        %(lease_ttls)s::double precision[], %(trace_contexts)s::text[], %(pod_runs)s::text[]
     ) WITH ORDINALITY AS i(queue, job_class, data, priority, run_at, delay, max_retries,
                            timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
-                           on_busy, lease_ttl_seconds, trace_context, ord)
+                           on_busy, lease_ttl_seconds, trace_context, pod_run, ord)
 ),
 inserted AS (
     INSERT INTO {schema}.jobs (id, queue, job_class, data, priority, run_at, max_retries,
                                timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
-                               on_busy, lease_ttl_seconds, trace_context)
+                               on_busy, lease_ttl_seconds, trace_context, pod_run)
     SELECT id, queue, job_class, data, priority,
            coalesce(run_at, now()) + make_interval(secs => coalesce(delay, 0)),
            max_retries, timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
-           on_busy, lease_ttl_seconds, trace_context
+           on_busy, lease_ttl_seconds, trace_context, pod_run
     FROM input ORDER BY ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, queue
@@ -45,11 +45,11 @@ ORDER BY input.ord;
 WITH inserted AS (
     INSERT INTO {schema}.jobs (queue, job_class, data, priority, run_at, max_retries,
                                timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
-                               on_busy, lease_ttl_seconds, trace_context)
+                               on_busy, lease_ttl_seconds, trace_context, pod_run)
     VALUES (%(queue)s, %(job_class)s, %(data)s, %(priority)s,
             coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s),
             %(max_retries)s, %(timeout)s, %(idempotent)s, %(unique_key)s, %(lease_name)s,
-            %(schedule_name)s, %(on_busy)s, %(lease_ttl)s, %(trace_context)s)
+            %(schedule_name)s, %(on_busy)s, %(lease_ttl)s, %(trace_context)s, %(pod_run)s)
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ),
@@ -77,7 +77,7 @@ SELECT now(),
 -- (see JobsTable.insert_many).
 COPY {schema}.jobs (id, queue, job_class, data, priority, run_at, max_retries, timeout_seconds,
                     idempotent, unique_key, lease_name, schedule_name, on_busy,
-                    lease_ttl_seconds, trace_context)
+                    lease_ttl_seconds, trace_context, pod_run)
 FROM STDIN (FORMAT BINARY);
 
 -- name: job_ids_by_unique_key
@@ -128,11 +128,13 @@ SELECT claimed.* FROM claimed CROSS JOIN durability
 -- The claim: pick due pending rows in priority order, skipping rows another claimant
 -- has locked, and turn them into processing rows with a fresh token each, all in
 -- one statement. SKIP LOCKED sits in the CTE so the UPDATE only touches rows this
--- statement locked. The attempt is counted here, at claim.
+-- statement locked. The attempt is counted here, at claim. A pod run (pod_run set)
+-- is never a worker's: the operator claims it for its pod (podruns.sql); every
+-- claim variant below says `pod_run IS NULL` too.
 WITH picked AS (
     SELECT id FROM {schema}.jobs
     WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND run_at <= now()
-      AND {fragment_queue_not_paused}
+      AND pod_run IS NULL AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -143,7 +145,8 @@ WITH picked AS (
 -- As job_claim_queues, over every queue.
 WITH picked AS (
     SELECT id FROM {schema}.jobs
-    WHERE status = 'pending' AND run_at <= now() AND {fragment_queue_not_paused}
+    WHERE status = 'pending' AND run_at <= now() AND pod_run IS NULL
+      AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -337,14 +340,14 @@ FROM ended, notified;
 SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
        timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
        cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
-       created_at, updated_at, finished_at, trace_context
+       created_at, updated_at, finished_at, trace_context, pod_run
 FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: job_list
 SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
        timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
        cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
-       created_at, updated_at, finished_at, trace_context
+       created_at, updated_at, finished_at, trace_context, pod_run
 FROM {schema}.jobs
 WHERE (%(status)s::text IS NULL OR status::text = %(status)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -414,7 +417,7 @@ WITH running AS (
 picked AS (
     SELECT id FROM {schema}.jobs
     WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND run_at <= now()
-      AND {fragment_queue_not_paused}
+      AND pod_run IS NULL AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
     LIMIT greatest(least(%(limit)s::bigint,
                          coalesce(%(cap)s::bigint - (SELECT n FROM running), %(limit)s::bigint)),
@@ -431,7 +434,8 @@ WITH running AS (
 ),
 picked AS (
     SELECT id FROM {schema}.jobs
-    WHERE status = 'pending' AND run_at <= now() AND {fragment_queue_not_paused}
+    WHERE status = 'pending' AND run_at <= now() AND pod_run IS NULL
+      AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
     LIMIT greatest(least(%(limit)s::bigint,
                          coalesce(%(cap)s::bigint - (SELECT n FROM running), %(limit)s::bigint)),

@@ -13,7 +13,8 @@ SELECT s.name, s.expression, s.cron, s.interval_seconds, s.timezone, s.job_class
        s.spec_suspended, s.source, s.origin, s.spec_hash, s.planned_until, s.last_slot,
        s.last_enqueued_slot, s.next_slot, s.enqueued_count, s.skipped_count, s.missed_count,
        s.last_job_id, j.status::text, j.finished_at,
-       greatest(s.last_success_at, ok.finished_at), s.last_error, s.created_at, s.updated_at
+       greatest(s.last_success_at, ok.finished_at), s.last_error, s.created_at, s.updated_at,
+       s.pod_run
 FROM {schema}.schedules AS s
 LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
 LEFT JOIN LATERAL (
@@ -50,13 +51,13 @@ INSERT INTO {schema}.schedules (
     name, expression, cron, interval_seconds, timezone, job_class, data, queue, priority,
     timeout_seconds, max_retries, idempotent, catch_up, catch_up_window_seconds,
     catch_up_max, overlap, suspended, suspended_by, spec_suspended, source, origin,
-    spec_hash, planned_until, next_slot, created_at, updated_at
+    spec_hash, planned_until, next_slot, created_at, updated_at, pod_run
 ) VALUES (
     %(name)s, %(expression)s, %(cron)s, %(interval_seconds)s, %(timezone)s, %(job_class)s,
     %(data)s, %(queue)s, %(priority)s, %(timeout_seconds)s, %(max_retries)s, %(idempotent)s,
     %(catch_up)s, %(catch_up_window_seconds)s, %(catch_up_max)s, %(overlap)s, %(suspended)s,
     %(suspended_by)s, %(spec_suspended)s, %(source)s, %(origin)s, %(spec_hash)s,
-    %(planned_until)s, %(next_slot)s, now(), now()
+    %(planned_until)s, %(next_slot)s, now(), now(), %(pod_run)s
 )
 ON CONFLICT (name) DO NOTHING
 RETURNING name;
@@ -74,7 +75,7 @@ SET expression = %(expression)s, cron = %(cron)s, interval_seconds = %(interval_
     spec_suspended = %(spec_suspended)s, source = %(source)s, origin = %(origin)s,
     spec_hash = %(spec_hash)s, planned_until = %(planned_until)s,
     last_slot = coalesce(%(last_slot)s, last_slot), next_slot = %(next_slot)s,
-    missed_count = missed_count + %(missed)s, updated_at = now()
+    missed_count = missed_count + %(missed)s, pod_run = %(pod_run)s, updated_at = now()
 WHERE name = %(name)s;
 
 -- name: schedule_delete
@@ -92,7 +93,8 @@ DELETE FROM {schema}.schedules WHERE name = %(name)s RETURNING name;
 SELECT s.name, s.expression, s.job_class, s.data, s.queue, s.priority, s.timeout_seconds,
        s.max_retries, s.idempotent, s.catch_up, s.catch_up_window_seconds, s.catch_up_max,
        s.overlap, s.planned_until, s.last_job_id,
-       (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id), s.next_slot
+       (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id), s.next_slot,
+       s.pod_run
 FROM {schema}.schedules AS s
 WHERE NOT s.suspended AND s.next_slot <= %(now)s
 ORDER BY s.next_slot, s.name
@@ -106,7 +108,8 @@ FOR UPDATE OF s SKIP LOCKED;
 SELECT s.name, s.expression, s.job_class, s.data, s.queue, s.priority, s.timeout_seconds,
        s.max_retries, s.idempotent, s.catch_up, s.catch_up_window_seconds, s.catch_up_max,
        s.overlap, s.planned_until, s.last_job_id,
-       (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id), s.next_slot
+       (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id), s.next_slot,
+       s.pod_run
 FROM {schema}.schedules AS s
 WHERE NOT s.suspended AND s.next_slot <= %(now)s
   AND (s.next_slot, s.name) > (%(after_slot)s::timestamptz, %(after_name)s::text)

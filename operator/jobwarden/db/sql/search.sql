@@ -22,7 +22,7 @@ AND (%(error)s::text IS NULL OR strpos(lower(coalesce(last_error, '')), %(error)
 SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
        timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
        cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
-       created_at, updated_at, finished_at, trace_context
+       created_at, updated_at, finished_at, trace_context, pod_run
 FROM {schema}.jobs
 WHERE {fragment_job_filter}
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
@@ -104,6 +104,6 @@ SELECT (SELECT count(*) FROM done), (SELECT min(id) FROM batch), (SELECT count(*
 SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
        timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
        cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
-       created_at, updated_at, finished_at, trace_context
+       created_at, updated_at, finished_at, trace_context, pod_run
 FROM {schema}.jobs WHERE schedule_name = %(name)s
 ORDER BY id DESC LIMIT %(limit)s;
