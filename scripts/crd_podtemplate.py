@@ -21,6 +21,10 @@ into a structural CRD schema the way controller-gen does for embedded types:
 - ``containers`` is not required: the operator adds the worker container when
   the template has none.
 
+The same schema is embedded as ``spec.podTemplate`` of JobSchedule and
+ExclusiveJob (a run in a pod of its own), with a description of its own; see
+:data:`TARGETS`.
+
 Usage (rewrites crds/ and charts/jobwarden/crds/ in place)::
 
     python scripts/crd_podtemplate.py [--spec PATH] [--version v1.37.2]
@@ -33,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import json
 import re
 import subprocess
@@ -43,8 +48,38 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-CRD_FILES = [ROOT / "crds" / "jobwarden.io_workerpools.yaml",
-             ROOT / "charts" / "jobwarden" / "crds" / "jobwarden.io_workerpools.yaml"]
+POOL_DESCRIPTION = (
+    "A full pod template (metadata and spec, like a Deployment's template) for "
+    "anything the shorthand does not cover: volumes, sidecars, affinity, tolerations. "
+    "The container named \"worker\" (or the first one) runs the worker; the operator "
+    "adds it when there is none, and its labels, environment and probes.")
+RUN_DESCRIPTION = (
+    "Run each job in a pod of its own, made from this template (image, command, "
+    "resources, env, volumes, service account, node selection), instead of a WorkerPool "
+    "slot. The container named \"job\" (or the first one) runs the job; without a "
+    "command it runs `jobwarden run-job`. The operator claims the job row, creates the "
+    "pod and hands it the claim (JOBWARDEN_JOB_ID, JOBWARDEN_CLAIM_TOKEN).")
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """One CRD file and the spec field the pod template schema is embedded as."""
+
+    path: Path
+    key: str
+    description: str
+
+
+TARGETS = [
+    Target(directory / name, key, description)
+    for directory in (ROOT / "crds", ROOT / "charts" / "jobwarden" / "crds")
+    for name, key, description in (
+        ("jobwarden.io_workerpools.yaml", "template", POOL_DESCRIPTION),
+        ("jobwarden.io_jobschedules.yaml", "podTemplate", RUN_DESCRIPTION),
+        ("jobwarden.io_exclusivejobs.yaml", "podTemplate", RUN_DESCRIPTION),
+    )
+]
+CRD_FILES = [target.path for target in TARGETS]
 DEFAULT_VERSION = "v1.37.2"
 SPEC_PATH = "api/openapi-spec/v3/api__v1_openapi.json"
 ROOT_TYPE = "io.k8s.api.core.v1.PodTemplateSpec"
@@ -132,24 +167,21 @@ def _resolved(schemas: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
     return dict(schemas[ref.rsplit("/", 1)[-1]]) if ref else node
 
 
-def template_schema(document: dict[str, Any], version: str) -> dict[str, Any]:
+def template_schema(document: dict[str, Any], version: str,
+                    description: str = POOL_DESCRIPTION) -> dict[str, Any]:
     schemas = document["components"]["schemas"]
     schema = convert(schemas, schemas[ROOT_TYPE])
     spec = schema["properties"]["spec"]
     spec["required"] = [r for r in spec.get("required", []) if r != "containers"]
     if not spec["required"]:
         del spec["required"]
-    schema["description"] = (
-        "A full pod template (metadata and spec, like a Deployment's template) for "
-        "anything the shorthand does not cover: volumes, sidecars, affinity, tolerations. "
-        "The container named \"worker\" (or the first one) runs the worker; the operator "
-        "adds it when there is none, and its labels, environment and probes. "
-        f"Schema: Kubernetes {version} PodTemplateSpec.")
+    schema["description"] = f"{description} Schema: Kubernetes {version} PodTemplateSpec."
     return schema
 
 
-def render_block(schema: dict[str, Any], *, indent: int, version: str) -> str:
-    body = yaml.safe_dump({"template": schema}, sort_keys=False, width=1000,
+def render_block(schema: dict[str, Any], *, indent: int, version: str,
+                 key: str = "template") -> str:
+    body = yaml.safe_dump({key: schema}, sort_keys=False, width=1000,
                           default_flow_style=False)
     pad = " " * indent
     lines = [f"{pad}{BEGIN} from Kubernetes {version} ({SPEC_PATH}); do not edit"]
@@ -158,18 +190,18 @@ def render_block(schema: dict[str, Any], *, indent: int, version: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def rewrite(text: str, schema: dict[str, Any], version: str) -> str:
-    """Replace the generated block (or the hand-written ``template:`` node) in a CRD."""
+def rewrite(text: str, schema: dict[str, Any], version: str, key: str = "template") -> str:
+    """Replace the generated block (or the hand-written ``<key>:`` node) in a CRD."""
     if BEGIN in text:
         start = text.index(BEGIN)
         line_start = text.rfind("\n", 0, start) + 1
         indent = start - line_start
         end = text.index("\n", text.index(END)) + 1
-        return text[:line_start] + render_block(schema, indent=indent, version=version) + \
-            text[end:]
-    match = re.search(r"^( +)template:\n", text, flags=re.M)
+        return text[:line_start] + render_block(schema, indent=indent, version=version,
+                                                key=key) + text[end:]
+    match = re.search(rf"^( +){key}:\n", text, flags=re.M)
     if match is None:
-        raise ValueError("no spec.template node in the WorkerPool CRD")
+        raise ValueError(f"no spec.{key} node in the CRD")
     indent = len(match.group(1))
     end = match.end()
     for line in re.finditer(r"^.*\n", text[match.end():], flags=re.M):
@@ -177,8 +209,8 @@ def rewrite(text: str, schema: dict[str, Any], version: str) -> str:
         if content.strip() and len(content) - len(content.lstrip(" ")) <= indent:
             break
         end += len(content)
-    return text[:match.start()] + render_block(schema, indent=indent, version=version) + \
-        text[end:]
+    return text[:match.start()] + render_block(schema, indent=indent, version=version,
+                                               key=key) + text[end:]
 
 
 def _module_spec(version: str) -> Path:
@@ -194,10 +226,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="the Kubernetes release the spec belongs to")
     args = parser.parse_args(argv)
     spec = args.spec or _module_spec(args.version)
-    schema = template_schema(json.loads(spec.read_text()), args.version)
-    for path in CRD_FILES:
-        path.write_text(rewrite(path.read_text(), schema, args.version))
-        print(f"wrote {path.relative_to(ROOT)}")
+    document = json.loads(spec.read_text())
+    for target in TARGETS:
+        schema = template_schema(document, args.version, target.description)
+        target.path.write_text(rewrite(target.path.read_text(), schema, args.version,
+                                       key=target.key))
+        print(f"wrote {target.path.relative_to(ROOT)} (spec.{target.key})")
     return 0
 
 

@@ -107,8 +107,9 @@ def structural_errors(schema: Schema, path: str = "") -> list[str]:
         errors.append(f"{where}: array without items")
     for name, sub in schema.get("properties", {}).items():
         # House style for our own fields; Kubernetes' embedded pod schema (generated
-        # into spec.template) keeps Kubernetes' names, e.g. dataSourceRef.namespace.
-        if not path.startswith(".spec.template") and (
+        # into spec.template / spec.podTemplate) keeps Kubernetes' names, e.g.
+        # dataSourceRef.namespace.
+        if not path.startswith((".spec.template", ".spec.podTemplate")) and (
                 name in CEL_RESERVED or not re.fullmatch(r"[A-Za-z][A-Za-z0-9]*", name)):
             errors.append(f"{where}.{name}: name needs CEL escaping; keep names plain camelCase")
         errors.extend(structural_errors(sub, f"{path}.{name}"))

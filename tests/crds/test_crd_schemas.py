@@ -474,8 +474,52 @@ def test_the_template_schema_is_what_the_generator_makes_from_the_kubernetes_spe
     if not spec.exists():
         pytest.skip(f"k8s.io/kubernetes@{crd_podtemplate.DEFAULT_VERSION} not in the Go module "
                     "cache (python scripts/crd_podtemplate.py downloads it)")
-    schema = crd_podtemplate.template_schema(json.loads(spec.read_text()),
-                                             crd_podtemplate.DEFAULT_VERSION)
-    for path in crd_podtemplate.CRD_FILES:
-        text = path.read_text()
-        assert crd_podtemplate.rewrite(text, schema, crd_podtemplate.DEFAULT_VERSION) == text
+    document = json.loads(spec.read_text())
+    assert {t.key for t in crd_podtemplate.TARGETS} == {"template", "podTemplate"}
+    for target in crd_podtemplate.TARGETS:
+        schema = crd_podtemplate.template_schema(document, crd_podtemplate.DEFAULT_VERSION,
+                                                 target.description)
+        text = target.path.read_text()
+        assert crd_podtemplate.rewrite(text, schema, crd_podtemplate.DEFAULT_VERSION,
+                                       key=target.key) == text
+
+
+# --- spec.podTemplate: a run in a pod of its own ----------------------------------------
+
+RUN_TEMPLATE = {"metadata": {"labels": {"team": "billing"}},
+                "spec": {"containers": [{"name": "job", "image": "billing/jobs:7",
+                                         "resources": {"limits": {"memory": "8Gi"}}}],
+                         "serviceAccountName": "exporter",
+                         "nodeSelector": {"pool": "batch"}}}
+
+
+@pytest.mark.parametrize("kind", ["JobSchedule", "ExclusiveJob"])
+def test_a_pod_run_with_a_secret_is_accepted(kind: str) -> None:
+    stored, errors = admit(CRDS[kind], with_spec(kind, podTemplate=RUN_TEMPLATE,
+                                                 dsnSecretRef={"name": "db"},
+                                                 startDeadlineSeconds=120))
+    assert errors == []
+    assert stored["spec"]["dsnSecretRef"] == {"name": "db", "key": "dsn"}
+
+
+@pytest.mark.parametrize("kind", ["JobSchedule", "ExclusiveJob"])
+def test_a_pod_template_without_a_dsn_secret_is_refused(kind: str) -> None:
+    _, errors = admit(CRDS[kind], with_spec(kind, podTemplate=RUN_TEMPLATE))
+    assert any("spec.podTemplate needs spec.dsnSecretRef" in e for e in errors), errors
+
+
+@pytest.mark.parametrize("kind", ["JobSchedule", "ExclusiveJob"])
+def test_a_typo_in_a_run_pod_template_is_refused(kind: str) -> None:
+    _, errors = admit(CRDS[kind], with_spec(kind, dsnSecretRef={"name": "db"}, podTemplate={
+        "spec": {"containers": [{"name": "job", "image": "x", "resorces": {}}]}}))
+    assert any("Additional properties" in e for e in errors), errors
+    _, errors = admit(CRDS[kind], with_spec(kind, dsnSecretRef={"name": "db"},
+                                            podTemplate=RUN_TEMPLATE, startDeadlineSeconds=1))
+    assert errors
+
+
+@pytest.mark.parametrize("kind", ["JobSchedule", "ExclusiveJob"])
+def test_the_pod_columns_show_the_last_runs_pod(kind: str) -> None:
+    columns = {c["name"]: c for c in crdschema.version_of(CRDS[kind])["additionalPrinterColumns"]}
+    assert columns["Pod"]["jsonPath"] == ".status.lastPod"
+    assert columns["Pod"].get("priority") == 1

@@ -86,7 +86,9 @@ def test_every_field_the_parser_reads_is_in_the_crd(kind: str, fields: tuple[str
 def test_every_spec_field_of_the_crd_is_read_by_the_parser(kind: str,
                                                            fields: tuple[str, ...]) -> None:
     spec = crd_schema(kind)["properties"]["spec"]
-    assert leaf_paths(spec) - set(fields) == set()
+    # Below spec.podTemplate is Kubernetes' own pod schema: the template is read whole.
+    assert {p for p in leaf_paths(spec) if not p.startswith("podTemplate.")} - set(fields) \
+        == set()
 
 
 def test_every_status_field_the_operator_writes_is_in_the_crd() -> None:

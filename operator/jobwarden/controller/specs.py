@@ -36,13 +36,25 @@ _QUEUE = re.compile(r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$")
 #: Fields of ``spec.job`` (both kinds), relative to the spec.
 JOB_FIELDS = ("job", "job.class", "job.data", "job.queue", "job.priority",
               "job.timeoutSeconds", "job.maxRetries")
+#: Fields of a run in a pod of its own (both kinds), relative to the spec.
+POD_RUN_FIELDS = ("podTemplate", "dsnSecretRef", "dsnSecretRef.name", "dsnSecretRef.key",
+                  "startDeadlineSeconds")
 #: Every path under ``spec`` the JobSchedule parser reads.
 SCHEDULE_FIELDS = ("schedule", "interval", "timeZone", *JOB_FIELDS, "catchUp",
                    "catchUpWindowSeconds", "catchUpMax", "concurrencyPolicy", "suspend",
-                   "workerPool", "successfulJobsHistoryLimit", "failedJobsHistoryLimit")
+                   "workerPool", "successfulJobsHistoryLimit", "failedJobsHistoryLimit",
+                   *POD_RUN_FIELDS)
 #: Every path under ``spec`` the ExclusiveJob parser reads.
 EXCLUSIVE_FIELDS = (*JOB_FIELDS, "concurrencyKey", "lease", "lease.ttlSeconds", "lease.onBusy",
-                    "workerPool")
+                    "workerPool", *POD_RUN_FIELDS)
+#: ``spec.startDeadlineSeconds`` when unset: claim -> running container.
+DEFAULT_START_DEADLINE = 300
+#: The container of a pod template that runs the job (else the first one).
+JOB_CONTAINER = "job"
+#: Environment of the job container the operator sets per run: a template cannot.
+POD_RUN_OWNED_ENV = frozenset({"JOBWARDEN_JOB_ID", "JOBWARDEN_CLAIM_TOKEN",
+                               "JOBWARDEN_LEASE_TOKEN", "JOBWARDEN_DSN_FILE", "JOBWARDEN_DSN",
+                               "JOBWARDEN_HOST", "POD_NAME", "POD_NAMESPACE"})
 
 
 class SpecError(ValueError):
@@ -176,6 +188,61 @@ def _job(reader: _Reader) -> JobTemplate:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class PodRunSpec:
+    """``spec.podTemplate`` and what a run in a pod of its own needs besides it.
+
+    The template is kept as the user wrote it (the API server validated it
+    against Kubernetes' own PodTemplateSpec schema); the operator adds its part
+    per run (jobwarden.controller.runpods).
+    """
+
+    template: dict[str, Any]
+    dsn_secret: str
+    dsn_key: str
+    start_deadline_seconds: int
+
+
+def _pod_run(reader: _Reader) -> PodRunSpec | None:
+    raw = reader.raw("podTemplate")
+    if raw is _MISSING or raw is None:
+        return None
+    template = reader.mapping("podTemplate")
+    pod = template.get("spec")
+    if not isinstance(pod, Mapping):
+        raise SpecError("podTemplate.spec", "is required (at least one container with an image)")
+    containers = pod.get("containers")
+    if not isinstance(containers, list) or not containers or not all(
+            isinstance(c, Mapping) for c in containers):
+        raise SpecError("podTemplate.spec.containers",
+                        "must list at least one container (the one named 'job', else the "
+                        "first, runs the job)")
+    job = next((c for c in containers if c.get("name") == JOB_CONTAINER), containers[0])
+    if not isinstance(job.get("image"), str) or not job["image"].strip():
+        raise SpecError("podTemplate.spec.containers",
+                        f"the job container {job.get('name')!r} needs an image")
+    for entry in job.get("env") or []:
+        if isinstance(entry, Mapping) and entry.get("name") in POD_RUN_OWNED_ENV:
+            raise SpecError("podTemplate.spec.containers",
+                            f"env {entry.get('name')} is set by the operator")
+    policy = pod.get("restartPolicy")
+    if policy not in (None, "Never"):
+        raise SpecError("podTemplate.spec.restartPolicy",
+                        f"must be Never (or unset), not {policy!r}: a restarted container "
+                        "would run the job again under the same claim")
+    reader.mapping("dsnSecretRef")
+    secret = reader.string("dsnSecretRef.name")
+    if secret is None:
+        raise SpecError("dsnSecretRef.name", "is required with spec.podTemplate (the Secret "
+                                             "holding the database DSN the pod connects with)")
+    deadline = reader.integer("startDeadlineSeconds", default=DEFAULT_START_DEADLINE,
+                              minimum=10, maximum=86400)
+    assert deadline is not None
+    return PodRunSpec(template=template, dsn_secret=secret,
+                      dsn_key=reader.string("dsnSecretRef.key", default="dsn") or "dsn",
+                      start_deadline_seconds=deadline)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class JobScheduleSpec:
     """A valid ``JobSchedule`` resource spec, in the schedule store's vocabulary.
 
@@ -198,6 +265,8 @@ class JobScheduleSpec:
     #: the global purge). Not part of the row: retention does not change the schedule.
     successful_history: int | None = None
     failed_history: int | None = None
+    #: Each run in a pod of its own (None: WorkerPool slots run it).
+    pod_run: PodRunSpec | None = None
 
     def store_arguments(self) -> dict[str, Any]:
         """Keyword arguments of ``client.schedules.upsert`` (all but name and source)."""
@@ -260,6 +329,7 @@ def parse_job_schedule(spec: Mapping[str, Any] | None) -> JobScheduleSpec:
         successful_history=reader.integer("successfulJobsHistoryLimit", minimum=0,
                                           maximum=10000),
         failed_history=reader.integer("failedJobsHistoryLimit", minimum=0, maximum=10000),
+        pod_run=_pod_run(reader),
     )
 
 
@@ -272,6 +342,8 @@ class ExclusiveJobSpec:
     lease_ttl_seconds: int | None
     on_busy: OnBusy
     worker_pool: str | None
+    #: The job runs in a pod of its own (None: a WorkerPool slot runs it).
+    pod_run: PodRunSpec | None = None
 
     @property
     def lease_name(self) -> str:
@@ -300,7 +372,18 @@ def parse_exclusive_job(spec: Mapping[str, Any] | None) -> ExclusiveJobSpec:
         on_busy=reader.choice("lease.onBusy", ("defer", "skip", "fail"),
                               default="defer"),  # type: ignore[arg-type]
         worker_pool=reader.string("workerPool"),
+        pod_run=_pod_run(reader),
     )
+
+
+def pod_run_name(kind: str, namespace: str, name: str) -> str:
+    """What a job row's ``pod_run`` holds: ``<Kind>/<namespace>/<name>``.
+
+    No cluster part, like the schedule row's name: the same resource applied in
+    several clusters is one pod-run resource, and whichever cluster's operator
+    claims a run creates its pod.
+    """
+    return f"{kind}/{namespace}/{name}"
 
 
 def schedule_row_name(namespace: str, name: str) -> str:
