@@ -18,6 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
+from jobwarden.controller import exclusive_status as xst
+from jobwarden.controller import schedule_status as sst
 from jobwarden.controller import specs
 from jobwarden.controller import status as st
 from jobwarden.structs.jobs import JobRecord
@@ -93,14 +95,14 @@ def test_every_spec_field_of_the_crd_is_read_by_the_parser(kind: str,
 
 def test_every_status_field_the_operator_writes_is_in_the_crd() -> None:
     conditions = [st.Condition(type="Ready", status="True", reason="Synced", message="m")]
-    view = st.ScheduleView(last_slot=T0, next_slot=T0, suspended=False, enqueued=1, skipped=0,
-                           missed=0, last_job_id=1, last_job_status="completed",
-                           last_job_finished_at=T0)
-    schedule = st.schedule_status(previous=None, generation=1, view=view, now=T0,
-                                  conditions=conditions)
+    view = sst.ScheduleView(last_slot=T0, next_slot=T0, suspended=False, enqueued=1, skipped=0,
+                            missed=0, last_job_id=1, last_job_status="completed",
+                            last_job_finished_at=T0)
+    schedule = sst.schedule_status(previous=None, generation=1, view=view, now=T0,
+                                   conditions=conditions)
     status_schema = crd_schema("JobSchedule")["properties"]["status"]
     assert [p for p in written_paths(schedule) if not has_path(status_schema, p)] == []
-    assert set(st.SCHEDULE_KEYS) <= set(status_schema["properties"])
+    assert set(sst.SCHEDULE_KEYS) <= set(status_schema["properties"])
 
     job = JobRecord(
         id=1, queue="q", job_class="a:B", data={}, priority=0, status=JobStatus.COMPLETED,
@@ -111,17 +113,17 @@ def test_every_status_field_the_operator_writes_is_in_the_crd() -> None:
         updated_at=T0, finished_at=T0)
     lease = LeaseRecord(name="key:k", slot=0, owner=str(uuid.uuid4()), holder_host="w",
                         token=3, acquired_at=T0, expires_at=T0, expires_in_seconds=5.0)
-    exclusive = st.exclusive_status(
+    exclusive = xst.exclusive_status(
         previous=None, generation=1, job=job, lease=lease, now=T0,
-        conditions=st.exclusive_conditions(error=None, job=job, lease_name="key:k"))
+        conditions=xst.exclusive_conditions(error=None, job=job, lease_name="key:k"))
     status_schema = crd_schema("ExclusiveJob")["properties"]["status"]
     assert [p for p in written_paths(exclusive) if not has_path(status_schema, p)] == []
-    assert set(st.EXCLUSIVE_KEYS) <= set(status_schema["properties"])
+    assert set(xst.EXCLUSIVE_KEYS) <= set(status_schema["properties"])
 
 
 def test_the_phases_are_the_crds_enum() -> None:
     enum = crd_schema("ExclusiveJob")["properties"]["status"]["properties"]["phase"]["enum"]
-    assert list(typing.get_args(st.Phase)) == enum
+    assert list(typing.get_args(xst.Phase)) == enum
 
 
 @pytest.mark.parametrize(("kind", "types"), [

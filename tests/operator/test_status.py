@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from jobwarden.controller import exclusive_status as xst
+from jobwarden.controller import schedule_status as sst
 from jobwarden.controller import status as st
 from jobwarden.structs.jobs import JobRecord
 from jobwarden.structs.leases import LeaseRecord
@@ -49,20 +51,20 @@ def lease(**changes: Any) -> LeaseRecord:
 ])
 def test_the_schedule_row_is_written_only_when_ours_and_different(
         exists: bool, source: str | None, matches: bool, action: str) -> None:
-    assert st.decide_schedule(row_exists=exists, row_source=source, row_matches=matches,
-                              our_source=OURS) == action
+    assert sst.decide_schedule(row_exists=exists, row_source=source, row_matches=matches,
+                               our_source=OURS) == action
 
 
 def test_an_invalid_spec_only_touches_ready() -> None:
-    conditions = st.schedule_conditions(action=None, error="spec.schedule: bad",
-                                        suspended=None, row_name="ns/x", row_source=None,
-                                        our_source=OURS)
+    conditions = sst.schedule_conditions(action=None, error="spec.schedule: bad",
+                                         suspended=None, row_name="ns/x", row_source=None,
+                                         our_source=OURS)
     assert conditions == [st.Condition(type="Ready", status="False", reason="InvalidSpec",
                                        message="spec.schedule: bad")]
 
 
 def test_a_conflict_is_not_ready_and_names_the_other_cluster() -> None:
-    conditions = {c.type: c for c in st.schedule_conditions(
+    conditions = {c.type: c for c in sst.schedule_conditions(
         action="conflict", error=None, suspended=False, row_name="ns/x", row_source=THEIRS,
         our_source=OURS)}
     assert conditions["Ready"].status == "False"
@@ -71,15 +73,15 @@ def test_a_conflict_is_not_ready_and_names_the_other_cluster() -> None:
     assert conditions["Suspended"].status == "False"
 
 
-def view(**changes: Any) -> st.ScheduleView:
-    base = st.ScheduleView(last_slot=T0, next_slot=T1, suspended=False, enqueued=3, skipped=1,
-                           missed=2, last_job_id=9, last_job_status="completed",
-                           last_job_finished_at=T0 + dt.timedelta(seconds=3))
+def view(**changes: Any) -> sst.ScheduleView:
+    base = sst.ScheduleView(last_slot=T0, next_slot=T1, suspended=False, enqueued=3, skipped=1,
+                            missed=2, last_job_id=9, last_job_status="completed",
+                            last_job_finished_at=T0 + dt.timedelta(seconds=3))
     return dataclasses.replace(base, **changes)
 
 
 def test_the_schedule_status_mirrors_the_row() -> None:
-    out = st.schedule_status(previous=None, generation=4, view=view(), now=T0, conditions=[])
+    out = sst.schedule_status(previous=None, generation=4, view=view(), now=T0, conditions=[])
     assert out == {
         "observedGeneration": 4, "conditions": [],
         "lastSlot": "2026-06-01T02:30:00Z", "nextRun": "2026-06-01T02:35:00Z",
@@ -89,16 +91,16 @@ def test_the_schedule_status_mirrors_the_row() -> None:
 
 
 def test_a_suspended_schedule_shows_no_next_run() -> None:
-    out = st.schedule_status(previous={"nextRun": "2026-06-01T02:35:00Z"}, generation=1,
-                             view=view(suspended=True), now=T0, conditions=[])
+    out = sst.schedule_status(previous={"nextRun": "2026-06-01T02:35:00Z"}, generation=1,
+                              view=view(suspended=True), now=T0, conditions=[])
     assert "nextRun" not in out
     assert st.status_patch({"nextRun": "2026-06-01T02:35:00Z"}, out,
-                           st.SCHEDULE_KEYS)["nextRun"] is None
+                           sst.SCHEDULE_KEYS)["nextRun"] is None
 
 
 def test_an_invalid_update_keeps_the_mirrored_fields() -> None:
-    before = st.schedule_status(previous=None, generation=1, view=view(), now=T0, conditions=[])
-    after = st.schedule_status(previous=before, generation=2, view=None, now=T1, conditions=[
+    before = sst.schedule_status(previous=None, generation=1, view=view(), now=T0, conditions=[])
+    after = sst.schedule_status(previous=before, generation=2, view=None, now=T1, conditions=[
         st.Condition(type="Ready", status="False", reason="InvalidSpec", message="m")])
     assert after["lastSlot"] == before["lastSlot"] and after["counts"] == before["counts"]
     assert after["observedGeneration"] == 2
@@ -130,20 +132,20 @@ def test_conditions_not_updated_are_kept_in_order() -> None:
 
 
 def test_an_unchanged_status_sends_no_patch() -> None:
-    desired = st.schedule_status(previous=None, generation=1, view=view(), now=T0,
-                                 conditions=[st.Condition(type="Ready", status="True",
-                                                          reason="Synced")])
-    assert st.status_patch(desired, desired, st.SCHEDULE_KEYS) == {}
-    again = st.schedule_status(previous=desired, generation=1, view=view(), now=T1,
-                               conditions=[st.Condition(type="Ready", status="True",
-                                                        reason="Synced")])
-    assert st.status_patch(desired, again, st.SCHEDULE_KEYS) == {}
+    desired = sst.schedule_status(previous=None, generation=1, view=view(), now=T0,
+                                  conditions=[st.Condition(type="Ready", status="True",
+                                                           reason="Synced")])
+    assert st.status_patch(desired, desired, sst.SCHEDULE_KEYS) == {}
+    again = sst.schedule_status(previous=desired, generation=1, view=view(), now=T1,
+                                conditions=[st.Condition(type="Ready", status="True",
+                                                         reason="Synced")])
+    assert st.status_patch(desired, again, sst.SCHEDULE_KEYS) == {}
 
 
 def test_a_patch_carries_only_what_changed_and_leaves_foreign_keys_alone() -> None:
     current = {"counts": {"enqueued": 1, "skipped": 0, "missed": 0}, "kopf": {"x": 1}}
     desired = {"counts": {"enqueued": 2, "skipped": 0, "missed": 0}}
-    assert st.status_patch(current, desired, st.SCHEDULE_KEYS) == {
+    assert st.status_patch(current, desired, sst.SCHEDULE_KEYS) == {
         "counts": {"enqueued": 2, "skipped": 0, "missed": 0}}
 
 
@@ -191,17 +193,17 @@ def test_a_new_invalid_message_is_a_new_event() -> None:
     ({"status": JobStatus.CANCELLED}, "Skipped"),
 ])
 def test_the_phase_follows_the_job_row(changes: dict[str, Any], phase: str) -> None:
-    assert st.exclusive_phase(job(**changes)) == phase
+    assert xst.exclusive_phase(job(**changes)) == phase
 
 
 def test_every_job_status_has_a_phase() -> None:
     for status in JobStatus:
-        assert st.exclusive_phase(job(status=status)) in (
+        assert xst.exclusive_phase(job(status=status)) in (
             "Pending", "Deferred", "Running", "Succeeded", "Failed", "Skipped")
 
 
 def test_a_running_job_shows_its_lease_holder_token_and_expiry() -> None:
-    out = st.exclusive_status(
+    out = xst.exclusive_status(
         previous=None, generation=1, now=T0, conditions=[],
         job=job(status=JobStatus.PROCESSING, attempts=1, claimed_at=T0, lease_token=7),
         lease=lease())
@@ -212,7 +214,7 @@ def test_a_running_job_shows_its_lease_holder_token_and_expiry() -> None:
 
 
 def test_a_finished_job_keeps_its_token_result_and_lease_lost() -> None:
-    out = st.exclusive_status(
+    out = xst.exclusive_status(
         previous=None, generation=1, now=T1, conditions=[],
         job=job(status=JobStatus.COMPLETED, attempts=1, claimed_at=T0, finished_at=T1,
                 lease_token=7, lease_lost=True, result={"rows": 3}),
@@ -223,15 +225,15 @@ def test_a_finished_job_keeps_its_token_result_and_lease_lost() -> None:
 
 
 def test_a_lapsed_lease_is_not_shown_as_held() -> None:
-    out = st.exclusive_status(previous=None, generation=1, now=T1, conditions=[],
-                              job=job(deferrals=1), lease=lease(expires_in_seconds=-1.0))
+    out = xst.exclusive_status(previous=None, generation=1, now=T1, conditions=[],
+                               job=job(deferrals=1), lease=lease(expires_in_seconds=-1.0))
     assert "lease" not in out
 
 
 def test_exclusive_conditions() -> None:
-    assert st.exclusive_conditions(error="spec.job.class: bad", job=None, lease_name=None)[0] \
+    assert xst.exclusive_conditions(error="spec.job.class: bad", job=None, lease_name=None)[0] \
         .reason == "InvalidSpec"
-    ready = st.exclusive_conditions(error=None, job=job(lease_lost=True), lease_name="key:k")
+    ready = xst.exclusive_conditions(error=None, job=job(lease_lost=True), lease_name="key:k")
     assert [(c.type, c.status) for c in ready] == [("Ready", "True"), ("LeaseLost", "True")]
 
 
@@ -244,5 +246,5 @@ def test_exclusive_conditions() -> None:
 ])
 def test_a_phase_change_is_an_event(before: str | None, after: str,
                                     expected: tuple[str, str] | None) -> None:
-    event = st.phase_event(before, after, job_id="42")
+    event = xst.phase_event(before, after, job_id="42")
     assert (None if event is None else (event.type, event.reason)) == expected

@@ -30,6 +30,7 @@ import kopf
 
 from jobwarden import errors
 from jobwarden.controller import events, handlers, specs
+from jobwarden.controller import exclusive_status as xst
 from jobwarden.controller import status as st
 from jobwarden.controller.runtime import Runtime
 from jobwarden.structs.jobs import JobRecord
@@ -99,9 +100,9 @@ class ExclusiveJobReconciler:
         try:
             spec = specs.parse_exclusive_job(body.get("spec"))
         except specs.SpecError as exc:
-            conditions = st.exclusive_conditions(error=str(exc), job=None, lease_name=None)
-            desired = st.exclusive_status(previous=previous, generation=generation, job=None,
-                                          lease=None, conditions=conditions, now=now)
+            conditions = xst.exclusive_conditions(error=str(exc), job=None, lease_name=None)
+            desired = xst.exclusive_status(previous=previous, generation=generation, job=None,
+                                           lease=None, conditions=conditions, now=now)
             self._write(body, patch, previous, desired)
             self.runtime.reconciled(KIND, "invalid")
             return "invalid"
@@ -124,10 +125,10 @@ class ExclusiveJobReconciler:
             self.runtime.health.database(False)
             raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
         self.runtime.health.database(True)
-        conditions = st.exclusive_conditions(error=None, job=job,
-                                             lease_name=self.lease_of(job, spec))
-        desired = st.exclusive_status(previous=previous, generation=generation, job=job,
-                                      lease=lease, conditions=conditions, now=now)
+        conditions = xst.exclusive_conditions(error=None, job=job,
+                                              lease_name=self.lease_of(job, spec))
+        desired = xst.exclusive_status(previous=previous, generation=generation, job=job,
+                                       lease=lease, conditions=conditions, now=now)
         if job is None:
             desired["jobId"] = str(job_id)  # keep the id even when the row is gone
         self._write(body, patch, previous, desired)
@@ -144,12 +145,12 @@ class ExclusiveJobReconciler:
 
     def _write(self, body: kopf.Body, patch: kopf.Patch, previous: dict[str, Any],
                desired: dict[str, Any]) -> None:
-        delta = st.status_patch(previous, desired, st.EXCLUSIVE_KEYS)
+        delta = st.status_patch(previous, desired, xst.EXCLUSIVE_KEYS)
         for key, value in delta.items():
             patch.status[key] = value
         posted = st.condition_events(previous.get("conditions"), desired.get("conditions", []))
-        changed = st.phase_event(previous.get("phase"), desired.get("phase"),
-                                 job_id=desired.get("jobId"))
+        changed = xst.phase_event(previous.get("phase"), desired.get("phase"),
+                                  job_id=desired.get("jobId"))
         if changed is not None:
             posted.append(changed)
         events.post(body, posted)

@@ -29,6 +29,7 @@ import kopf
 
 from jobwarden import errors
 from jobwarden.controller import events, handlers, specs
+from jobwarden.controller import schedule_status as sst
 from jobwarden.controller import status as st
 from jobwarden.controller.runtime import Runtime
 from jobwarden.schedules import validation
@@ -54,8 +55,8 @@ def row_matches(row: ScheduleRecord, validated: ScheduleSpec) -> bool:
     return validated.spec_hash == row.spec_hash
 
 
-def view_of(row: ScheduleRecord) -> st.ScheduleView:
-    return st.ScheduleView(
+def view_of(row: ScheduleRecord) -> sst.ScheduleView:
+    return sst.ScheduleView(
         last_slot=row.last_slot, next_slot=row.next_slot, suspended=bool(row.suspended),
         enqueued=int(row.enqueued_count), skipped=int(row.skipped_count),
         missed=int(row.missed_count), last_job_id=row.last_job_id,
@@ -79,11 +80,11 @@ class ScheduleReconciler:
         try:
             desired = specs.parse_job_schedule(body.get("spec"))
         except specs.SpecError as exc:
-            conditions = st.schedule_conditions(
+            conditions = sst.schedule_conditions(
                 action=None, error=str(exc), suspended=None, row_name=row_name,
                 row_source=None, our_source=self.runtime.source)
-            desired_status = st.schedule_status(previous=previous, generation=generation,
-                                                view=None, conditions=conditions, now=now)
+            desired_status = sst.schedule_status(previous=previous, generation=generation,
+                                                 view=None, conditions=conditions, now=now)
             self._write(body, patch, previous, desired_status, action=None, row_name=row_name)
             self.runtime.reconciled(KIND, "invalid")
             return "invalid"
@@ -94,7 +95,7 @@ class ScheduleReconciler:
             validated = validation.validate(row_name, **desired.store_arguments(),
                                             source=self.runtime.source)
             row = store.get(row_name)
-            action = st.decide_schedule(
+            action = sst.decide_schedule(
                 row_exists=row is not None, row_source=row.source if row is not None else None,
                 row_matches=row is not None and row_matches(row, validated),
                 our_source=self.runtime.source)
@@ -107,12 +108,12 @@ class ScheduleReconciler:
             self.runtime.health.database(False)
             raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
         self.runtime.health.database(True)
-        conditions = st.schedule_conditions(
+        conditions = sst.schedule_conditions(
             action=action, error=None,
             suspended=bool(row.suspended) if row is not None else desired.suspended,
             row_name=row_name, row_source=row.source if row is not None else None,
             our_source=self.runtime.source)
-        desired_status = st.schedule_status(
+        desired_status = sst.schedule_status(
             previous=previous, generation=generation,
             view=view_of(row) if row is not None else None, conditions=conditions, now=now)
         posted: list[st.Event] = []
@@ -165,9 +166,9 @@ class ScheduleReconciler:
         return posted
 
     def _write(self, body: kopf.Body, patch: kopf.Patch, previous: dict[str, Any],
-               desired_status: dict[str, Any], *, action: st.ScheduleAction | None,
+               desired_status: dict[str, Any], *, action: sst.ScheduleAction | None,
                row_name: str, describe: str = "", extra: list[st.Event] | None = None) -> None:
-        delta = st.status_patch(previous, desired_status, st.SCHEDULE_KEYS)
+        delta = st.status_patch(previous, desired_status, sst.SCHEDULE_KEYS)
         for key, value in delta.items():
             patch.status[key] = value
         posted = st.condition_events(previous.get("conditions"),

@@ -1,10 +1,13 @@
-"""What a resource's ``.status`` should say, and which Events a change deserves: pure.
+"""Status machinery every kind shares: conditions, status patches, Events; pure.
 
 The handlers read rows, call these functions and write what they return; no
-function here does I/O, so every decision (the phase of an ExclusiveJob, when a
-condition's ``lastTransitionTime`` moves, which transition is worth an Event,
-whether a status patch is needed at all) is unit-tested without a cluster or a
-database (tests/operator/test_status.py).
+function here does I/O, so every decision (when a condition's
+``lastTransitionTime`` moves, which transition is worth an Event, whether a
+status patch is needed at all) is unit-tested without a cluster or a database
+(tests/operator/test_status.py). What each kind's status says lives beside
+it: ``schedule_status.py`` (JobSchedule), ``exclusive_status.py``
+(ExclusiveJob); a WorkerPool's status is built by its reconciler
+(``pools.py``) from these same parts.
 
 Why patches are computed as a delta against the current status: the status
 mirror runs every few seconds for every resource, and writing an unchanged
@@ -19,19 +22,7 @@ import datetime as dt
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
-from jobwarden.structs.jobs import JobRecord
-from jobwarden.structs.leases import LeaseRecord
-from jobwarden.structs.states import JobStatus
-
-Phase = Literal["Pending", "Deferred", "Running", "Succeeded", "Failed", "Skipped"]
 ConditionStatus = Literal["True", "False", "Unknown"]
-
-#: Top-level status keys the operator owns, per kind (anything else is left alone).
-SCHEDULE_KEYS = ("observedGeneration", "lastSlot", "nextRun", "lastJob", "counts", "conditions",
-                 "active", "lastSuccessfulTime", "runNow")
-EXCLUSIVE_KEYS = ("observedGeneration", "phase", "jobId", "attempts", "lease", "deferrals",
-                  "leaseLost", "result", "startedAt", "finishedAt", "conditions")
-
 
 def timestamp(value: dt.datetime) -> str:
     """RFC 3339 in UTC with a ``Z``, as Kubernetes writes times (whole seconds)."""
@@ -87,7 +78,7 @@ def set_conditions(previous: Sequence[Mapping[str, Any]] | None, updates: Iterab
     return out
 
 
-def _same_conditions(a: Sequence[Mapping[str, Any]] | None,
+def same_conditions(a: Sequence[Mapping[str, Any]] | None,
                      b: Sequence[Mapping[str, Any]] | None) -> bool:
     return [dict(c) for c in a or ()] == [dict(c) for c in b or ()]
 
@@ -107,201 +98,13 @@ def status_patch(current: Mapping[str, Any] | None, desired: Mapping[str, Any],
     for key in managed:
         if key in desired:
             if key == "conditions":
-                if not _same_conditions(now.get(key), desired[key]):
+                if not same_conditions(now.get(key), desired[key]):
                     patch[key] = desired[key]
             elif now.get(key) != desired[key]:
                 patch[key] = desired[key]
         elif now.get(key) is not None:
             patch[key] = None
     return patch
-
-
-# -- JobSchedule --------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class ScheduleView:
-    """What the status mirrors from a schedule row (and its last job)."""
-
-    last_slot: dt.datetime | None
-    next_slot: dt.datetime | None
-    suspended: bool
-    enqueued: int
-    skipped: int
-    missed: int
-    last_job_id: int | None
-    last_job_status: str | None
-    last_job_finished_at: dt.datetime | None
-
-
-ScheduleAction = Literal["create", "update", "none", "conflict"]
-
-
-def decide_schedule(*, row_exists: bool, row_source: str | None, row_matches: bool,
-                    our_source: str) -> ScheduleAction:
-    """What to do with the database for a valid spec, given the row as it is.
-
-    * no row: create it (this cluster becomes its source);
-    * the row already says what the spec says: nothing, whoever wrote it (the
-      same schedule from two clusters is one schedule, and not rewriting it
-      keeps its source stable instead of flipping it on every pass);
-    * written by this cluster, different: update it;
-    * written elsewhere, different: a conflict. The first writer wins and the
-      row is NOT overwritten, or two clusters would rewrite it back and forth.
-    """
-    if not row_exists:
-        return "create"
-    if row_matches:
-        return "none"
-    if row_source == our_source:
-        return "update"
-    return "conflict"
-
-
-def schedule_conditions(*, action: ScheduleAction | None, error: str | None,
-                        suspended: bool | None, row_name: str, row_source: str | None,
-                        our_source: str) -> list[Condition]:
-    """Ready / Conflicting / Suspended after one reconciliation.
-
-    ``error`` set: the spec was refused (nothing else is decided, so only Ready
-    changes). ``action`` conflict: Ready=False and Conflicting=True; the row keeps
-    the other cluster's spec.
-    """
-    if error is not None:
-        return [Condition(type="Ready", status="False", reason="InvalidSpec", message=error)]
-    if action == "conflict":
-        owner = (row_source or "unknown").removeprefix("kubernetes:")
-        message = (f"schedule {row_name!r} was applied with a different spec by {owner!r}; "
-                   "that spec stays in force (first writer wins) until the specs agree or "
-                   "it is deleted there")
-        conditions = [
-            Condition(type="Ready", status="False", reason="SpecConflict", message=message),
-            Condition(type="Conflicting", status="True", reason="SpecConflict", message=message),
-        ]
-    else:
-        conditions = [
-            Condition(type="Ready", status="True", reason="Synced",
-                      message=f"schedule row {row_name!r} matches the spec"),
-            Condition(type="Conflicting", status="False", reason="NoConflict"),
-        ]
-    if suspended is not None:
-        conditions.append(Condition(
-            type="Suspended", status="True" if suspended else "False",
-            reason="Suspended" if suspended else "Active",
-            message="no new slots are enqueued" if suspended else ""))
-    return conditions
-
-
-def schedule_status(*, previous: Mapping[str, Any] | None, generation: int | None,
-                    view: ScheduleView | None, conditions: Iterable[Condition],
-                    now: dt.datetime) -> dict[str, Any]:
-    """The full desired status (managed keys); ``view`` None keeps the mirrored fields."""
-    before = dict(previous or {})
-    out: dict[str, Any] = {k: before[k] for k in SCHEDULE_KEYS if k in before}
-    if generation is not None:
-        out["observedGeneration"] = generation
-    out["conditions"] = set_conditions(before.get("conditions"), conditions,
-                                       generation=generation, now=now)
-    if view is not None:
-        for key in ("lastSlot", "nextRun", "lastJob"):
-            out.pop(key, None)
-        if view.last_slot is not None:
-            out["lastSlot"] = timestamp(view.last_slot)
-        if view.next_slot is not None and not view.suspended:
-            out["nextRun"] = timestamp(view.next_slot)
-        if view.last_job_id is not None:
-            last_job: dict[str, Any] = {"id": str(view.last_job_id)}
-            if view.last_job_status:
-                last_job["status"] = view.last_job_status
-            if view.last_job_finished_at is not None:
-                last_job["finishedAt"] = timestamp(view.last_job_finished_at)
-            out["lastJob"] = last_job
-        out["counts"] = {"enqueued": view.enqueued, "skipped": view.skipped,
-                         "missed": view.missed}
-    return out
-
-
-# -- ExclusiveJob -------------------------------------------------------------------------
-
-
-def exclusive_phase(job: JobRecord) -> Phase:
-    """The resource's phase from its job row.
-
-    ``pending`` after a busy lease put it back is *Deferred* (it will run when the
-    lease frees up; no attempt was used); ``cancelled`` is how the worker records
-    ``onBusy: skip`` (and a user's cancel), so it is *Skipped*; ``interrupted``
-    (a non-idempotent job whose worker died) did not succeed, so it is *Failed*.
-    """
-    match job.status:
-        case JobStatus.PENDING:
-            return "Deferred" if job.deferrals > 0 else "Pending"
-        case JobStatus.PROCESSING:
-            return "Running"
-        case JobStatus.COMPLETED:
-            return "Succeeded"
-        case JobStatus.FAILED | JobStatus.INTERRUPTED:
-            return "Failed"
-        case JobStatus.CANCELLED:
-            return "Skipped"
-    raise AssertionError(f"unhandled job status {job.status!r}")
-
-
-def exclusive_status(*, previous: Mapping[str, Any] | None, generation: int | None,
-                     job: JobRecord | None, lease: LeaseRecord | None,
-                     conditions: Iterable[Condition], now: dt.datetime) -> dict[str, Any]:
-    """The full desired status (managed keys); ``job`` None keeps the mirrored fields.
-
-    ``lease`` is the lease row as it is now: while it is held (by this job or, for a
-    deferred job, by whoever blocks it) its holder, token and expiry are shown;
-    when it is free, only the token this job last held remains.
-    """
-    before = dict(previous or {})
-    out: dict[str, Any] = {k: before[k] for k in EXCLUSIVE_KEYS if k in before}
-    if generation is not None:
-        out["observedGeneration"] = generation
-    out["conditions"] = set_conditions(before.get("conditions"), conditions,
-                                       generation=generation, now=now)
-    if job is None:
-        return out
-    for key in ("lease", "result", "startedAt", "finishedAt"):
-        out.pop(key, None)
-    out.update(phase=exclusive_phase(job), jobId=str(job.id), attempts=job.attempts,
-               deferrals=job.deferrals, leaseLost=job.lease_lost)
-    if job.result is not None:
-        out["result"] = job.result
-    if job.claimed_at is not None and job.status is not JobStatus.PENDING:
-        out["startedAt"] = timestamp(job.claimed_at)
-    if job.finished_at is not None:
-        out["finishedAt"] = timestamp(job.finished_at)
-    lease_status: dict[str, Any] = {}
-    if lease is not None and lease.held:
-        if lease.holder_host:
-            lease_status["holder"] = lease.holder_host
-        lease_status["token"] = lease.token
-        if lease.expires_at is not None:
-            lease_status["expiresAt"] = timestamp(lease.expires_at)
-    elif job.lease_token is not None:
-        lease_status["token"] = job.lease_token
-    if lease_status:
-        out["lease"] = lease_status
-    return out
-
-
-def exclusive_conditions(*, error: str | None, job: JobRecord | None,
-                         lease_name: str | None) -> list[Condition]:
-    if error is not None:
-        return [Condition(type="Ready", status="False", reason="InvalidSpec", message=error)]
-    if job is None:
-        return [Condition(type="Ready", status="Unknown", reason="JobMissing",
-                          message="the job row is gone (purged?)")]
-    conditions = [Condition(type="Ready", status="True", reason="Enqueued",
-                            message=f"job {job.id} under lease {lease_name!r}")]
-    if job.lease_lost:
-        conditions.append(Condition(
-            type="LeaseLost", status="True", reason="LeaseTakenOver",
-            message="the lease was taken over before the job finished; the job still "
-                    "completed"))
-    return conditions
 
 
 # -- events -------------------------------------------------------------------------------
@@ -351,20 +154,3 @@ def condition_events(previous: Sequence[Mapping[str, Any]] | None,
         events.append(Event(type="Warning", reason="LeaseLost",
                             message=str(new.get("message", ""))))
     return events
-
-
-def phase_event(previous: str | None, current: str | None, *,
-                job_id: str | None) -> Event | None:
-    """An Event when an ExclusiveJob's phase changes (not for the initial Pending)."""
-    if current is None or current == previous or (previous is None and current == "Pending"):
-        return None
-    messages = {
-        "Pending": f"job {job_id} is waiting for a worker",
-        "Deferred": f"job {job_id} deferred: its lease is held elsewhere",
-        "Running": f"job {job_id} is running",
-        "Succeeded": f"job {job_id} succeeded",
-        "Failed": f"job {job_id} failed",
-        "Skipped": f"job {job_id} was skipped (lease busy with onBusy: skip, or cancelled)",
-    }
-    return Event(type="Warning" if current == "Failed" else "Normal", reason=current,
-                 message=messages.get(current, current))

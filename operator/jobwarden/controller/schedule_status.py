@@ -1,0 +1,123 @@
+"""What a JobSchedule's ``.status`` says after a reconciliation: pure.
+
+The decision whether the database row is created, updated, left alone or in
+conflict (first writer wins), the Ready / Conflicting / Suspended conditions
+and the mirrored fields (last slot, next run, last job, counts). Built from the
+shared parts of :mod:`jobwarden.controller.status`; unit-tested in
+tests/operator/test_status.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from jobwarden.controller.status import Condition, set_conditions, timestamp
+
+#: Top-level status keys the operator owns (anything else is left alone).
+SCHEDULE_KEYS = ("observedGeneration", "lastSlot", "nextRun", "lastJob", "counts", "conditions",
+                 "active", "lastSuccessfulTime", "runNow")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScheduleView:
+    """What the status mirrors from a schedule row (and its last job)."""
+
+    last_slot: dt.datetime | None
+    next_slot: dt.datetime | None
+    suspended: bool
+    enqueued: int
+    skipped: int
+    missed: int
+    last_job_id: int | None
+    last_job_status: str | None
+    last_job_finished_at: dt.datetime | None
+
+
+ScheduleAction = Literal["create", "update", "none", "conflict"]
+
+
+def decide_schedule(*, row_exists: bool, row_source: str | None, row_matches: bool,
+                    our_source: str) -> ScheduleAction:
+    """What to do with the database for a valid spec, given the row as it is.
+
+    * no row: create it (this cluster becomes its source);
+    * the row already says what the spec says: nothing, whoever wrote it (the
+      same schedule from two clusters is one schedule, and not rewriting it
+      keeps its source stable instead of flipping it on every pass);
+    * written by this cluster, different: update it;
+    * written elsewhere, different: a conflict. The first writer wins and the
+      row is NOT overwritten, or two clusters would rewrite it back and forth.
+    """
+    if not row_exists:
+        return "create"
+    if row_matches:
+        return "none"
+    if row_source == our_source:
+        return "update"
+    return "conflict"
+
+
+def schedule_conditions(*, action: ScheduleAction | None, error: str | None,
+                        suspended: bool | None, row_name: str, row_source: str | None,
+                        our_source: str) -> list[Condition]:
+    """Ready / Conflicting / Suspended after one reconciliation.
+
+    ``error`` set: the spec was refused (nothing else is decided, so only Ready
+    changes). ``action`` conflict: Ready=False and Conflicting=True; the row keeps
+    the other cluster's spec.
+    """
+    if error is not None:
+        return [Condition(type="Ready", status="False", reason="InvalidSpec", message=error)]
+    if action == "conflict":
+        owner = (row_source or "unknown").removeprefix("kubernetes:")
+        message = (f"schedule {row_name!r} was applied with a different spec by {owner!r}; "
+                   "that spec stays in force (first writer wins) until the specs agree or "
+                   "it is deleted there")
+        conditions = [
+            Condition(type="Ready", status="False", reason="SpecConflict", message=message),
+            Condition(type="Conflicting", status="True", reason="SpecConflict", message=message),
+        ]
+    else:
+        conditions = [
+            Condition(type="Ready", status="True", reason="Synced",
+                      message=f"schedule row {row_name!r} matches the spec"),
+            Condition(type="Conflicting", status="False", reason="NoConflict"),
+        ]
+    if suspended is not None:
+        conditions.append(Condition(
+            type="Suspended", status="True" if suspended else "False",
+            reason="Suspended" if suspended else "Active",
+            message="no new slots are enqueued" if suspended else ""))
+    return conditions
+
+
+def schedule_status(*, previous: Mapping[str, Any] | None, generation: int | None,
+                    view: ScheduleView | None, conditions: Iterable[Condition],
+                    now: dt.datetime) -> dict[str, Any]:
+    """The full desired status (managed keys); ``view`` None keeps the mirrored fields."""
+    before = dict(previous or {})
+    out: dict[str, Any] = {k: before[k] for k in SCHEDULE_KEYS if k in before}
+    if generation is not None:
+        out["observedGeneration"] = generation
+    out["conditions"] = set_conditions(before.get("conditions"), conditions,
+                                       generation=generation, now=now)
+    if view is not None:
+        for key in ("lastSlot", "nextRun", "lastJob"):
+            out.pop(key, None)
+        if view.last_slot is not None:
+            out["lastSlot"] = timestamp(view.last_slot)
+        if view.next_slot is not None and not view.suspended:
+            out["nextRun"] = timestamp(view.next_slot)
+        if view.last_job_id is not None:
+            last_job: dict[str, Any] = {"id": str(view.last_job_id)}
+            if view.last_job_status:
+                last_job["status"] = view.last_job_status
+            if view.last_job_finished_at is not None:
+                last_job["finishedAt"] = timestamp(view.last_job_finished_at)
+            out["lastJob"] = last_job
+        out["counts"] = {"enqueued": view.enqueued, "skipped": view.skipped,
+                         "missed": view.missed}
+    return out
