@@ -27,6 +27,7 @@ class Metric:
 METRICS: tuple[Metric, ...] = (
     Metric("enqueue_single", "enqueue, one per transaction", "jobs/s", True, 1),
     Metric("enqueue_batch", "enqueue, batch API", "jobs/s", True, 1),
+    Metric("enqueue_batch_cpu", "batch API, client CPU per 1k", "ms", False, None),
     Metric("e2e_c1", "end-to-end, concurrency 1", "jobs/s", True, 1),
     Metric("e2e_c4", "end-to-end, concurrency 4", "jobs/s", True, 4),
     Metric("e2e_best", "end-to-end, own best setting", "jobs/s", True, 4),

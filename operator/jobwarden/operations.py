@@ -9,6 +9,8 @@ what a valid enqueue, a duplicate, a finished job or a timeout is.
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import datetime
 import json
 import math
@@ -32,41 +34,71 @@ WAIT_POLL_SECONDS = 1.0
 
 def check_payload(data: Any) -> None:
     """Refuse data that would not round-trip through JSON, before anything is stored."""
+    encode_payload(data)
+
+
+def encode_payload(data: Any) -> bytes:
+    """``data`` as the UTF-8 JSON text stored in ``jsonb``; InvalidPayload when it is
+    not JSON or holds text PostgreSQL refuses (NUL, lone surrogates).
+
+    One encoding serves both the check and the insert (``JobSpec.data_json``).
+    ``ensure_ascii=False`` keeps the text short and leaves a lone surrogate raw, so
+    the UTF-8 encoding itself finds it; a NUL is always escaped as ``\\u0000``. Only
+    when either shows up (or a string holds a literal backslash-u0000) does the
+    exact walk over every string and key run, to name the problem.
+    """
     try:
-        json.dumps(data, allow_nan=False)
+        text = json.dumps(data, allow_nan=False, ensure_ascii=False)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidPayload(f"job data must be JSON-serialisable: {exc}") from exc
     try:
-        textrules.check_json_text(data)
-    except errors.InvalidInput as exc:
-        raise errors.InvalidPayload(str(exc)) from None
+        encoded: bytes | None = text.encode()
+    except UnicodeEncodeError:  # a lone surrogate
+        encoded = None
+    if encoded is None or b"\\u0000" in encoded:
+        try:
+            textrules.check_json_text(data)
+        except errors.InvalidInput as exc:
+            raise errors.InvalidPayload(str(exc)) from None
+        if encoded is None:  # unreachable unless the walk missed a container type
+            raise errors.InvalidPayload("job data is not valid Unicode")
+    return encoded
 
 
-def spec(
-    job: JobRef, data: Any = None, *, queue: str | None = None,
-    priority: int | None = None, run_at: datetime.datetime | None = None,
-    delay: float | datetime.timedelta | None = None, unique_key: str | None = None,
-    max_retries: int | None = None, timeout: float | None = None,
-    idempotent: bool | None = None, check: bool = True, pod_run: str | None = None,
-) -> JobSpec:
-    """Validate one enqueue request and build its row (nothing is written).
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """What every job of one enqueue call shares, validated once per call."""
 
-    ``pod_run`` (``<Kind>/<namespace>/<name>``) makes the job a pod run: no worker
-    claims it; the operator runs it in a pod of that resource's template.
-    """
+    path: str
+    cls: type[definitions.Job] | None
+    fields: dict[str, Any]
+
+    def spec(self, data: Any, unique_key: str | None) -> JobSpec:
+        """One job's row: its data checked (typed data, function signature, JSON)."""
+        if self.cls is not None:  # typed data and function signatures, wherever it imports
+            data = definitions.encode_data(self.cls, data)
+        data_json = encode_payload(data)
+        if unique_key is not None:
+            # Blank was refused before; NUL and lone surrogates now too (same rule).
+            textrules.check_name(unique_key, "unique_key", max_length=10_000)
+        return JobSpec(job_class=self.path, data=data, unique_key=unique_key,
+                       data_json=data_json, **self.fields)
+
+
+def _request(
+    job: JobRef, *, queue: str | None = None, priority: int | None = None,
+    run_at: datetime.datetime | None = None,
+    delay: float | datetime.timedelta | None = None, max_retries: int | None = None,
+    timeout: float | None = None, idempotent: bool | None = None, check: bool = True,
+    pod_run: str | None = None,
+) -> _Request:
     path, cls = definitions.reference(job, must_import=check)
-    if cls is not None:  # typed data and function signatures, wherever the code imports
-        data = definitions.encode_data(cls, data)
-    check_payload(data)
     if run_at is not None and run_at.tzinfo is None:
         raise ValueError("run_at must be timezone-aware (e.g. datetime.now(UTC))")
     delay_seconds = delay.total_seconds() if isinstance(delay, datetime.timedelta) \
         else float(delay or 0.0)
     if not math.isfinite(delay_seconds) or delay_seconds < 0:
         raise ValueError("delay must be a non-negative number of seconds")
-    if unique_key is not None:
-        # Blank was refused before; NUL and lone surrogates now too (same rule).
-        textrules.check_name(unique_key, "unique_key", max_length=10_000)
     if queue is not None:
         # "" is refused, not silently the class's queue: the rule schedules have.
         textrules.check_name(queue, "queue", max_length=textrules.MAX_QUEUE_LENGTH)
@@ -81,31 +113,45 @@ def spec(
         raise ValueError("timeout must be a positive number of seconds")
     if resolved_retries < 0:
         raise ValueError("max_retries must not be negative")
-    return JobSpec(
-        job_class=path,
-        data=data,
-        queue=queue or base.queue,
-        priority=int(priority if priority is not None else base.priority),
-        run_at=run_at,
-        delay_seconds=delay_seconds,
-        max_retries=resolved_retries,
-        timeout_seconds=resolved_timeout,
-        idempotent=bool(idempotent if idempotent is not None
-                        else base.idempotent or base.transactional),
-        unique_key=unique_key,
-        pod_run=pod_run,
-    )
+    return _Request(path=path, cls=cls, fields={
+        "queue": queue or base.queue,
+        "priority": int(priority if priority is not None else base.priority),
+        "run_at": run_at,
+        "delay_seconds": delay_seconds,
+        "max_retries": resolved_retries,
+        "timeout_seconds": resolved_timeout,
+        "idempotent": bool(idempotent if idempotent is not None
+                           else base.idempotent or base.transactional),
+        "pod_run": pod_run,
+    })
+
+
+def spec(job: JobRef, data: Any = None, *, unique_key: str | None = None,
+         **options: Any) -> JobSpec:
+    """Validate one enqueue request and build its row (nothing is written).
+
+    Options: ``queue``, ``priority``, ``run_at``, ``delay``, ``max_retries``,
+    ``timeout``, ``idempotent``, ``check`` (import a path to check its data),
+    ``pod_run`` (``<Kind>/<namespace>/<name>``: the job is a pod run; no worker
+    claims it, the operator runs it in a pod of that resource's template).
+    """
+    return _request(job, **options).spec(data, unique_key)
 
 
 def specs_for_many(job: JobRef, datas: Iterable[Any], *,
                    unique_keys: Sequence[str | None] | None = None,
                    **options: Any) -> list[JobSpec]:
-    """One validated row per data item; every item is checked before anything is stored."""
+    """One validated row per data item; every item is checked before anything is stored.
+
+    The job reference and the options are resolved and checked once for the batch,
+    not once per item (they are the same for every row).
+    """
     items = list(datas)
     keys = list(unique_keys) if unique_keys is not None else [None] * len(items)
     if len(keys) != len(items):
         raise ValueError("unique_keys must have one entry per data item")
-    return [spec(job, d, unique_key=k, **options) for d, k in zip(items, keys, strict=True)]
+    request = _request(job, **options)
+    return [request.spec(d, k) for d, k in zip(items, keys, strict=True)]
 
 
 def enqueue(specs: Sequence[JobSpec], *, schema: str) -> plans.Plan[list[EnqueueResult]]:
@@ -126,9 +172,11 @@ def enqueue(specs: Sequence[JobSpec], *, schema: str) -> plans.Plan[list[Enqueue
         raise
     if span is not None:
         span.done(results)
-    for item, result in zip(specs, results, strict=True):
-        if not result.duplicate:
-            metrics.JOBS_ENQUEUED.labels(item.queue, item.job_class).inc()
+    counts = collections.Counter((item.queue, item.job_class)
+                                 for item, result in zip(specs, results, strict=True)
+                                 if not result.duplicate)
+    for (queue, job_class), count in counts.items():
+        metrics.JOBS_ENQUEUED.labels(queue, job_class).inc(count)
     return results
 
 

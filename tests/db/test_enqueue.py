@@ -237,3 +237,32 @@ def test_enqueue_notifies_listeners(client: jobwarden.Client, db: Database) -> N
         assert ("jobwarden_jobs", "mail") in received
     finally:
         listener.close()
+
+
+#: Strings whose JSON text is the edge of the single encoding (operations.encode_payload):
+#: non-ASCII text sent raw, a literal backslash-u0000 (not a NUL), escapes and quotes.
+TRICKY_DATA = {"text": "gr\u00fc\u00dfe \u2603 \U0001f600", "literal": "\\u0000 is not a NUL",
+               "quote\"key": ["tab\t", "line\n", "\u007f", 1.5, -0.0, 2**53, None, True]}
+
+
+@pytest.mark.parametrize("count", [1, 5, COPY_MIN_ROWS])
+def test_data_is_stored_exactly_through_every_insert_path(
+        client: jobwarden.Client, count: int) -> None:
+    """One row, the one-statement batch and COPY store the JSON the enqueue encoded
+    (once) as the same value the application passed."""
+    results = client.enqueue_many(testjobs.Record, [TRICKY_DATA] * count)
+    assert all(client.job(r.id).data == TRICKY_DATA for r in results)
+
+
+def test_a_function_job_batch_checks_every_item_against_the_signature(
+        client: jobwarden.Client) -> None:
+    """The signature is read once per function, but every item is still bound and
+    type-checked: a bad item anywhere refuses the whole batch, nothing stored."""
+    good = [{"a": n, "b": 1} for n in range(COPY_MIN_ROWS)]
+    assert len(client.enqueue_many(testjobs.add, good)) == COPY_MIN_ROWS
+    for bad in ({"a": 1}, {"a": 1, "b": 2, "c": 3}, {"a": "1", "b": 2}, {"a": True, "b": 2},
+                [1], "text"):
+        with pytest.raises(jobwarden.InvalidJobData):
+            client.enqueue_many(testjobs.add, [*good, bad])
+    assert client.stats()["default"]["pending"] == COPY_MIN_ROWS
+    assert len(client.enqueue_many(testjobs.add, [[1, 2], {"b": 2, "a": 1}])) == 2

@@ -60,6 +60,18 @@ def _record(row: Row) -> JobRecord:
     )
 
 
+def _as_is(encoded: bytes) -> bytes:
+    return encoded
+
+
+def _jsonb(spec: JobSpec) -> Jsonb:
+    """The job's data for a jsonb parameter: its JSON as the enqueue already encoded
+    it (``JobSpec.data_json``), else encoded here."""
+    if spec.data_json is not None:
+        return Jsonb(spec.data_json, dumps=_as_is)
+    return Jsonb(spec.data)
+
+
 def _keys_distinct(specs: Sequence[JobSpec]) -> bool:
     """No unique key repeats within the batch (a repeat could never COPY)."""
     keys = [s.unique_key for s in specs if s.unique_key is not None]
@@ -349,7 +361,7 @@ def _copy(specs: Sequence[JobSpec], *, channel: str) -> plans.Plan[list[EnqueueR
         run_at = s.run_at if s.run_at is not None else now
         if s.delay_seconds:
             run_at += datetime.timedelta(seconds=s.delay_seconds)
-        rows.append((id_, s.queue, s.job_class, Jsonb(s.data), s.priority, run_at,
+        rows.append((id_, s.queue, s.job_class, _jsonb(s), s.priority, run_at,
                      s.max_retries, s.timeout_seconds, s.idempotent, s.unique_key,
                      s.lease_name, s.schedule_name, s.on_busy, s.lease_ttl_seconds,
                      s.trace_context, s.pod_run))
@@ -363,7 +375,7 @@ def _insert_unnest(specs: Sequence[JobSpec], *,
     params: dict[str, Any] = {
         "queues": [s.queue for s in specs],
         "classes": [s.job_class for s in specs],
-        "datas": [Jsonb(s.data) for s in specs],
+        "datas": [_jsonb(s) for s in specs],
         "priorities": [s.priority for s in specs],
         "run_ats": [s.run_at for s in specs],
         "delays": [s.delay_seconds for s in specs],
@@ -411,7 +423,7 @@ def _insert_unnest(specs: Sequence[JobSpec], *,
 
 def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:
     found = yield from plans.rows("job_insert_one", {
-        "queue": spec.queue, "job_class": spec.job_class, "data": Jsonb(spec.data),
+        "queue": spec.queue, "job_class": spec.job_class, "data": _jsonb(spec),
         "priority": spec.priority, "run_at": spec.run_at, "delay": spec.delay_seconds,
         "max_retries": spec.max_retries, "timeout": spec.timeout_seconds,
         "idempotent": spec.idempotent, "unique_key": spec.unique_key,

@@ -41,6 +41,11 @@ class JobSpec:
     #: (docs/podruns.md): no worker claims it, the operator does, for a pod of its own.
     #: None = a pool run.
     pod_run: str | None = None
+    #: ``data`` already encoded as the JSON to store (UTF-8), when validating it
+    #: encoded it anyway (``operations.spec``): sent as is, so a payload is not
+    #: encoded twice. None: the database layer encodes ``data``. Whoever replaces
+    #: ``data`` must drop this too (``dataclasses.replace(s, data=d, data_json=None)``).
+    data_json: bytes | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
