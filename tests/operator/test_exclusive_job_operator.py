@@ -69,9 +69,11 @@ def test_deleting_an_exclusive_job_cancels_its_pending_job(
     pending = kube_api.wait_for("xj", "reindex", condition=lambda o: phase(o) == "Pending",
                                 timeout=20)
     job_id = int(pending["status"]["jobId"])
-    assert pending["metadata"]["finalizers"] == ["jobwarden.io/finalizer"]
-    kubectl("delete", "xj", "reindex")  # waits for the finalizer
-    assert client.job(job_id).status == "cancelled"
+    # No finalizer (nothing may hang once the operator is gone): the deletion is observed.
+    assert not pending["metadata"].get("finalizers")
+    kubectl("delete", "xj", "reindex")
+    wait_for(lambda: client.job(job_id).status == "cancelled", timeout=20,
+             message="the pending job cancelled after the deletion")
 
 
 def test_a_new_generation_enqueues_a_new_job_and_cancels_the_unstarted_one(

@@ -86,10 +86,12 @@ def test_an_interval_schedule_is_enqueued_per_slot_updated_suspended_and_deleted
     assert reasons[:2] == ["Created", "Updated"]  # the spec change, then the suspension
     assert reasons.count("Created") == 1 and "InvalidSpec" not in reasons
 
-    # delete: the finalizer removes the row
+    # delete: not blocked by a finalizer; the observed deletion removes the row
+    assert not kube_api.get("js", "heartbeat")["metadata"].get("finalizers")
     kubectl("delete", "js", "heartbeat")
-    assert client.schedules.get("default/heartbeat") is None
     assert kube_api.get("js", "heartbeat") is None
+    wait_for(lambda: client.schedules.get("default/heartbeat") is None, timeout=20,
+             message="the row deleted after the resource")
     assert operator.metric("jobwarden_operator_reconciles_total", kind="JobSchedule",
                            result="created") == 1.0
     assert operator.metric("jobwarden_operator_reconciles_total", kind="JobSchedule",
@@ -218,3 +220,29 @@ def test_cronjob_parity_run_now_active_last_success_and_history_limits(
     wait_for(lambda: [str(j.id) for j in slot_jobs(client, "default/yearly")] == [second],
              timeout=30, message="the older completed job deleted by the history limit")
     assert client.schedules.get("default/yearly").next_slot.month == 1  # slots untouched
+
+
+def test_a_schedule_deleted_while_no_operator_ran_is_swept_and_another_cluster_s_row_stays(
+        kube_api: KubeAPI, kubectl: Kubectl, client: Client,
+        start_operator: Callable[..., OperatorProcess]) -> None:
+    operator = start_operator(kube_api)
+    kubectl.apply(SCHEDULE)
+    kubectl.apply(SCHEDULE.replace("name: heartbeat", "name: kept"))
+    wait_for(lambda: client.schedules.get("default/heartbeat") is not None
+             and client.schedules.get("default/kept") is not None, timeout=20,
+             message="both rows written")
+    # Another cluster's row for a schedule this cluster does not have: never swept.
+    client.schedules.upsert("default/elsewhere", interval="1h", job_class=JOB,
+                            source="kubernetes:other")
+    operator.stop()
+    kubectl("delete", "js", "heartbeat")  # no finalizer: gone at once, the row stays
+    assert kube_api.get("js", "heartbeat") is None
+    assert client.schedules.get("default/heartbeat") is not None
+
+    operator = start_operator(kube_api)
+    wait_for(lambda: client.schedules.get("default/heartbeat") is None, timeout=30,
+             message="the orphaned row swept")
+    assert client.schedules.get("default/kept") is not None
+    assert client.schedules.get("default/elsewhere") is not None
+    assert operator.metric("jobwarden_operator_reconciles_total", kind="JobSchedule",
+                           result="swept") == 1.0

@@ -20,7 +20,10 @@ kopf settings worth knowing (docs/operator.md):
 * with ``JOBWARDEN_PEERING`` the replicas form a kopf peering with distinct
   priorities (derived from the pod name): only the highest handles resources;
 * kopf posts only WARNING+ object logs as Events; the operator posts its own
-  Events for transitions.
+  Events for transitions;
+* no kopf timers and no delete handlers, hence no finalizer on any object
+  (handlers.py says why): time-driven work is the resync loop's
+  (resyncing.py), which pauses while kopf peering pauses this replica.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 
 import kopf
 
-from jobwarden.controller import exclusive_jobs, periodic, pools, schedules
+from jobwarden.controller import exclusive_jobs, periodic, pools, resyncing, schedules
 from jobwarden.controller.config import OperatorConfig
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
@@ -135,6 +138,29 @@ def install_redaction(dsn: str) -> Redact:
     return redact
 
 
+class PeeringPause(logging.Filter):
+    """Follows kopf's peering log to pause the resync loop when kopf pauses.
+
+    kopf keeps the paused state to itself; it logs each change ("Pausing
+    operations in favour of ...", "Pausing all operators, including self",
+    "Resuming operations after the pause"). The record passes unchanged.
+    """
+
+    LOGGER = "kopf._core.engines.peering"
+
+    def __init__(self, runtime: Runtime) -> None:
+        super().__init__()
+        self.runtime = runtime
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(("Pausing operations", "Pausing all operators")):
+            self.runtime.paused = True
+        elif message.startswith("Resuming operations"):
+            self.runtime.paused = False
+        return True
+
+
 # -- the process ---------------------------------------------------------------------------
 
 
@@ -148,6 +174,8 @@ class Operator:
         self.registry = build_registry(self.runtime, login=login)
         self.loops, self.gauges = periodic.loops(self.runtime)
         self.periodic = periodic.Periodic(self.runtime, self.loops)
+        self.resync = resyncing.Resync(self.runtime)
+        self._peering = PeeringPause(self.runtime)
         self.http: HealthServer | None = None
         # No kopf stop flag: after a stop by signal kopf leaves the flag's waiter task
         # pending and waits its hung-task timeout (5 s) for it. stop() cancels kopf's
@@ -164,6 +192,9 @@ class Operator:
             return False, f"crashed: {health.crashed}"
         if health.kopf_stopped.is_set() and self._stopped_by_kopf:
             return False, "kopf stopped"
+        alive, why = self.resync.alive()
+        if not alive:
+            return alive, why
         return self.periodic.alive()
 
     def ready(self) -> tuple[bool, str]:
@@ -210,6 +241,9 @@ class Operator:
         health.database(True)
         self.start_http()
         self.periodic.start()
+        if self.config.peering:
+            logging.getLogger(PeeringPause.LOGGER).addFilter(self._peering)
+        self.resync.start()
         logger.info("operator %s starting (cluster %r, %s, peering %s)", self.config.pod_name,
                     self.config.cluster,
                     f"namespaces {', '.join(self.config.namespaces)}"
@@ -227,6 +261,8 @@ class Operator:
             return 1
         finally:
             health.kopf_stopped.set()
+            self.resync.stop()
+            logging.getLogger(PeeringPause.LOGGER).removeFilter(self._peering)
             self.periodic.stop()
             self.gauges.clear()
             if self.http is not None:

@@ -8,6 +8,7 @@ errors.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 import kopf
@@ -18,7 +19,14 @@ from jobwarden.controller import status as st
 MAX_MESSAGE = 1024
 
 
+logger = logging.getLogger("jobwarden.controller.events")
+
+
 def post(body: kopf.Body, events: Iterable[st.Event]) -> None:
     for event in events:
-        kopf.event(body, type=event.type, reason=event.reason,
-                   message=event.message[:MAX_MESSAGE])
+        try:
+            kopf.event(body, type=event.type, reason=event.reason,
+                       message=event.message[:MAX_MESSAGE])
+        except LookupError:  # outside kopf's context: before its first handler ran
+            logger.info("event not posted (kopf not started): %s %s", event.reason,
+                        event.message)

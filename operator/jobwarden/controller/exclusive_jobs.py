@@ -16,7 +16,12 @@ image does not contain application code, so the row is enqueued without
 importing the class (``check=False``): unset queue / priority / timeout /
 retries take the engine's defaults, not the class's.
 
-Deleting the resource (kopf finalizer) cancels its job if it is still pending.
+Deleting the resource cancels its job if it is still pending. The deletion is
+observed (the watch's DELETED event), not blocked by a finalizer (handlers.py):
+an ExclusiveJob deleted while no operator of its cluster runs leaves its job
+as it is (a pending one then runs once; ``jobwarden jobs cancel`` stops it).
+Job rows do not record the cluster that enqueued them, so no sweep can tell a
+forgotten job from another cluster's.
 """
 
 from __future__ import annotations

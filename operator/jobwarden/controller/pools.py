@@ -5,15 +5,26 @@ through the host registry before the pod goes: the host stops claiming, keeps
 heartbeating, finishes what it runs, and only then is its pod deleted (or at the
 drain timeout, leaving the rest to the reaper).
 
-Level-triggered like the other reconcilers: the create/update/resume handlers
-and a per-pool timer (``JOBWARDEN_POOL_INTERVAL`` seconds, default 2) run the
-same pass: observe (the pool's pods, the hosts table), decide
+Level-triggered like the other reconcilers: kopf's create/update/resume handlers
+and the operator's resync loop (every ``JOBWARDEN_POOL_INTERVAL`` seconds,
+default 2, and at once when one of the pool's pods changes) run the same pass:
+observe (the pool's pods, the hosts table), decide
 (:func:`jobwarden.controller.rollout.decide`, pure), act (create, annotate +
 drain, delete), mirror into ``.status`` and post Events. Nothing lives only in
 memory: the drain decision is a pod annotation written *before* the registry
 drain, the version is a pod label, so a restarted operator picks a rollout up
-where it stood. A lock per pool keeps a handler and the timer of one pool from
-acting on the same observation twice.
+where it stood. A lock per pool keeps two passes of one pool apart.
+
+Observing costs no API call: the pods come from the operator's pod watch
+(an informer-style cache, :mod:`jobwarden.controller.caching`; kopf watches
+the pods labelled ``jobwarden.io/pool``), into which the operator's own
+creates, annotations and deletes are written as the API server answered them.
+Once every :data:`POD_LIST_SECONDS` (and at a pool's first pass) one LIST of
+the pool's pods corrects the cache. The DSN Secret is read again at most every
+:data:`SECRET_RECHECK_SECONDS` (every :data:`SECRET_RETRY_SECONDS` while it is
+missing), the PodDisruptionBudget every :data:`PDB_RECHECK_SECONDS`, except on a
+spec change (kopf's handlers), which reads both at once. An idle pool with a
+Secret and no budget costs about one API call a minute (docs/operator.md).
 
 Deleting a ``WorkerPool`` leaves its pods to the garbage collector (owner
 references); each worker then drains itself on SIGTERM within its grace period.
@@ -35,6 +46,9 @@ import kopf
 from jobwarden import errors, metrics
 from jobwarden.controller import events, handlers, pools_spec, rollout
 from jobwarden.controller import status as st
+from jobwarden.controller.caching import ObjectCache, owners_of
+from jobwarden.controller.kinds import Kind
+from jobwarden.controller.kubeclient import KubeClient
 from jobwarden.controller.runtime import Runtime
 from jobwarden.controller.specs import SpecError
 
@@ -49,6 +63,15 @@ POOL_KEYS = ("observedGeneration", "replicas", "updatedReplicas", "readyReplicas
 DRAIN_EXPIRY_MARGIN = 60.0
 #: Grace of a pod deleted at its drain timeout: the drain already had its time.
 TIMEOUT_DELETE_GRACE = 10
+#: One LIST of a pool's pods this often corrects the watch-fed cache (seconds).
+POD_LIST_SECONDS = 300.0
+#: The DSN Secret found: read again this often; missing: this often (seconds).
+SECRET_RECHECK_SECONDS = 60.0
+SECRET_RETRY_SECONDS = 5.0
+#: The PodDisruptionBudget as wanted: read again this often (seconds).
+PDB_RECHECK_SECONDS = 300.0
+#: The passes of the resync loop (the others are kopf's: a spec change or a restart).
+PERIODIC_TRIGGERS = frozenset({"resync", "nudge"})
 
 
 def pool_interval(env: dict[str, str] | None = None) -> float:
@@ -121,24 +144,11 @@ def pod_view(pod: dict[str, Any]) -> rollout.PodView:
 class KubePods:
     """The few pod calls the reconciler makes, through the Kubernetes client (dicts in and out)."""
 
-    def __init__(self) -> None:
-        self._core: Any = None
-        self._lock = threading.Lock()
+    def __init__(self, client: KubeClient | None = None) -> None:
+        self.client = client or KubeClient()
 
     def core(self) -> Any:
-        with self._lock:
-            if self._core is None:
-                import kubernetes
-
-                try:
-                    configuration = kubernetes.client.Configuration()
-                    kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
-                        client_configuration=configuration)
-                    api_client = kubernetes.client.ApiClient(configuration)
-                except kubernetes.config.ConfigException:
-                    api_client = kubernetes.config.new_client_from_config()  # type: ignore[no-untyped-call]
-                self._core = kubernetes.client.CoreV1Api(api_client)
-            return self._core
+        return self.client.core()
 
     def list(self, namespace: str, pool: str, owner_uid: str) -> list[dict[str, Any]]:
         response = self.core().list_namespaced_pod(
@@ -149,18 +159,26 @@ class KubePods:
                 if any(ref.get("uid") == owner_uid
                        for ref in (p.get("metadata") or {}).get("ownerReferences") or [])]
 
-    def create(self, namespace: str, manifest: dict[str, Any]) -> None:
-        self.core().create_namespaced_pod(namespace, manifest, _preload_content=False)
+    def create(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+        """Create the pod; the pod as the API server stored it."""
+        response = self.core().create_namespaced_pod(namespace, manifest,
+                                                     _preload_content=False)
+        return dict(json.loads(response.data))
 
-    def delete(self, namespace: str, name: str, *, grace: int | None = None) -> None:
+    def delete(self, namespace: str, name: str, *, grace: int | None = None
+               ) -> dict[str, Any] | None:
+        """Delete the pod; the terminating pod, or None when it is gone at once."""
         import kubernetes
 
         try:
-            self.core().delete_namespaced_pod(name, namespace, grace_period_seconds=grace,
-                                              _preload_content=False)
+            response = self.core().delete_namespaced_pod(
+                name, namespace, grace_period_seconds=grace, _preload_content=False)
         except kubernetes.client.ApiException as exc:
             if exc.status != 404:
                 raise
+            return None
+        body = json.loads(response.data)
+        return dict(body) if isinstance(body, dict) and body.get("kind") == "Pod" else None
 
     def pdb(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The PodDisruptionBudget called ``name``, None if there is none."""
@@ -219,25 +237,61 @@ class KubePods:
         return frozenset((body.get("data") or {}).keys()) | \
             frozenset((body.get("stringData") or {}).keys())
 
-    def annotate(self, namespace: str, name: str, annotations: dict[str, str]) -> None:
-        self.core().patch_namespaced_pod(name, namespace,
-                                         {"metadata": {"annotations": annotations}},
-                                         _preload_content=False)
+    def annotate(self, namespace: str, name: str, annotations: dict[str, str]
+                 ) -> dict[str, Any]:
+        """Annotate the pod; the pod as patched."""
+        response = self.core().patch_namespaced_pod(
+            name, namespace, {"metadata": {"annotations": annotations}},
+            _preload_content=False)
+        return dict(json.loads(response.data))
 
 
 class PoolReconciler:
-    def __init__(self, runtime: Runtime, pods: KubePods | None = None) -> None:
+    def __init__(self, runtime: Runtime, pods: KubePods | None = None,
+                 cache: ObjectCache | None = None) -> None:
         self.runtime = runtime
-        self.pods = pods or KubePods()
+        self.pods = pods or KubePods(runtime.kube)
+        #: The pod watch's cache; None: every pass LISTs (tests of one pass).
+        self.cache = cache
         self._locks: collections.defaultdict[str, threading.Lock] = \
             collections.defaultdict(threading.Lock)
         #: Pool uid -> "no budget wanted and none exists" as of the last look.
         self._no_pdb: dict[str, bool] = {}
+        #: Pool uid -> (when, the budget spec) last found as wanted.
+        self._pdb_seen: dict[str, tuple[float, str]] = {}
+        #: Pool uid -> (when, (namespace, secret, key), the condition found).
+        self._secret_seen: dict[str, tuple[float, tuple[str, str, str], st.Condition]] = {}
+        #: Pool uid -> when its pods were last LISTed.
+        self._listed: dict[str, float] = {}
 
     def reconcile(self, *, body: kopf.Body, patch: kopf.Patch, trigger: str) -> str:
         meta = body.get("metadata", {})
         with self._locks[str(meta.get("uid"))]:
             return self._reconcile(body=body, patch=patch, trigger=trigger)
+
+    def observe(self, namespace: str, name: str, uid: str) -> list[dict[str, Any]]:
+        """The pool's pods: from the watch's cache, corrected by a LIST now and then."""
+        if self.cache is None:
+            return self.pods.list(namespace, name, uid)
+        now = time.monotonic()
+        if self._listed.get(uid, -POD_LIST_SECONDS) + POD_LIST_SECONDS <= now:
+            listed = self.pods.list(namespace, name, uid)
+            self.cache.replace_owned(uid, listed)
+            self._listed[uid] = now
+        return [p for p in self.cache.owned_by(uid)
+                if (p.get("metadata") or {}).get("namespace", namespace) == namespace]
+
+    def _remember(self, pod: dict[str, Any] | None, *, namespace: str, name: str) -> None:
+        """Write an API answer through to the cache (a deleted pod: forget it)."""
+        if self.cache is None:
+            return
+        if pod is not None:
+            self.cache.put(pod)
+            return
+        for cached in self.cache.bodies():
+            meta = cached.get("metadata") or {}
+            if meta.get("name") == name and meta.get("namespace", namespace) == namespace:
+                self.cache.remove(str(meta.get("uid")))
 
     def _reconcile(self, *, body: kopf.Body, patch: kopf.Patch, trigger: str) -> str:
         meta = body.get("metadata", {})
@@ -259,7 +313,7 @@ class PoolReconciler:
             self.runtime.reconciled(KIND, "invalid")
             return "invalid"
 
-        manifests = self.pods.list(namespace, name, uid)
+        manifests = self.observe(namespace, name, uid)
         views = [pod_view(p) for p in manifests]
         try:
             names = [v.name for v in views]
@@ -280,8 +334,8 @@ class PoolReconciler:
                                   drain_timeout=spec.drain_timeout)
         now = time.time()
         plan = rollout.decide(desired, views, hosts, now=now)
-        self._converge_pdb(spec, namespace=namespace, uid=uid)
-        secret = self._check_secret(spec, namespace)
+        self._converge_pdb(spec, namespace=namespace, uid=uid, trigger=trigger)
+        secret = self._secret_condition(spec, namespace, uid=uid, trigger=trigger)
         failures: list[str] = []
         posted = self._apply(plan, spec=spec, namespace=namespace, uid=uid, now=now,
                              trigger=trigger, create=secret.status != "False",
@@ -330,7 +384,8 @@ class PoolReconciler:
         self.runtime.reconciled(KIND, result)
         return result
 
-    def _converge_pdb(self, spec: pools_spec.PoolSpec, *, namespace: str, uid: str) -> None:
+    def _converge_pdb(self, spec: pools_spec.PoolSpec, *, namespace: str, uid: str,
+                      trigger: str = "") -> None:
         """Create, update or delete the pool's PodDisruptionBudget to match the spec.
 
         Only a budget this pool owns is touched: one of the same name made by
@@ -338,6 +393,12 @@ class PoolReconciler:
         """
         if spec.disruption is None and self._no_pdb.get(uid):
             return  # none wanted, none there when last looked: save the GET every pass
+        wanted_key = repr(spec.disruption)
+        seen = self._pdb_seen.get(uid)
+        if spec.disruption is not None and trigger in PERIODIC_TRIGGERS and seen is not None \
+                and seen[1] == wanted_key and time.monotonic() - seen[0] < PDB_RECHECK_SECONDS:
+            return  # converged a moment ago
+        self._pdb_seen.pop(uid, None)
         current = self.pods.pdb(namespace, spec.name)
         self._no_pdb[uid] = False
         owned = current is not None and any(
@@ -365,6 +426,20 @@ class PoolReconciler:
             self.pods.put_pdb(namespace, wanted, exists=current is not None)
             logger.info("%s/%s: PodDisruptionBudget %s (%s)", namespace, spec.name,
                         "updated" if current is not None else "created", spec.disruption)
+        self._pdb_seen[uid] = (time.monotonic(), wanted_key)
+
+    def _secret_condition(self, spec: pools_spec.PoolSpec, namespace: str, *, uid: str,
+                          trigger: str) -> st.Condition:
+        """:meth:`_check_secret`, read again only when due or on a spec change."""
+        key = (namespace, spec.dsn_secret, spec.dsn_key)
+        seen = self._secret_seen.get(uid)
+        if trigger in PERIODIC_TRIGGERS and seen is not None and seen[1] == key:
+            every = SECRET_RECHECK_SECONDS if seen[2].status == "True" else SECRET_RETRY_SECONDS
+            if time.monotonic() - seen[0] < every:
+                return seen[2]
+        found = self._check_secret(spec, namespace)
+        self._secret_seen[uid] = (time.monotonic(), key, found)
+        return found
 
     def _check_secret(self, spec: pools_spec.PoolSpec, namespace: str) -> st.Condition:
         """Whether the DSN Secret and key exist, as the ``DSNSecretReady`` condition.
@@ -400,9 +475,10 @@ class PoolReconciler:
                 if not action.again:
                     # The decision first (a pod annotation), then the registry: a crash in
                     # between is repaired by the next pass (annotation set, host not draining).
-                    self.pods.annotate(namespace, action.pod, {
+                    self._remember(self.pods.annotate(namespace, action.pod, {
                         pools_spec.DRAIN_STARTED_ANNOTATION: f"{now:.3f}",
-                        pools_spec.DRAIN_REASON_ANNOTATION: action.reason})
+                        pools_spec.DRAIN_REASON_ANNOTATION: action.reason}),
+                        namespace=namespace, name=action.pod)
                 drained = self.runtime.client.hosts.drain(host=action.pod, expires_in=expires,
                                                           reason=action.reason)
                 if not action.again:
@@ -414,8 +490,9 @@ class PoolReconciler:
                                                    f"({action.reason}) before deleting its pod"))
             elif isinstance(action, rollout.Delete):
                 timed_out = action.reason == "drain-timeout"
-                self.pods.delete(namespace, action.pod,
-                                 grace=TIMEOUT_DELETE_GRACE if timed_out else None)
+                self._remember(self.pods.delete(
+                    namespace, action.pod, grace=TIMEOUT_DELETE_GRACE if timed_out else None),
+                    namespace=namespace, name=action.pod)
                 logger.info("%s/%s: deleted pod %s (%s, %d job(s) running) [%s]", namespace,
                             spec.name, action.pod, action.reason, action.running, trigger)
                 if timed_out:
@@ -439,7 +516,7 @@ class PoolReconciler:
                 for _ in range(action.count):
                     pod = pools_spec.pod_name(spec)
                     try:
-                        self.pods.create(namespace, pools_spec.pod_manifest(
+                        created = self.pods.create(namespace, pools_spec.pod_manifest(
                             spec, name=pod, namespace=namespace, owner_uid=uid))
                     except Exception as exc:  # any refusal: quota, admission, bad template
                         message = f"creating pod {pod} failed: {_api_reason(exc)}"
@@ -449,6 +526,8 @@ class PoolReconciler:
                         if failures is not None:
                             failures.append(message)
                         break  # the rest would fail alike; the next pass retries
+                    if created is not None and self.cache is not None:
+                        self.cache.put(created)
                     logger.info("%s/%s: created pod %s (version %s) [%s]", namespace,
                                 spec.name, pod, spec.code_version, trigger)
                     posted.append(st.Event(type="Normal", reason="Created",
@@ -465,9 +544,37 @@ class PoolReconciler:
 
 
 def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> PoolReconciler:
-    reconciler = PoolReconciler(runtime)
+    cache = ObjectCache()
+    reconciler = PoolReconciler(runtime, cache=cache)
     # No delete handler: the pods are owned by the pool and garbage-collected, and
     # each worker drains itself on SIGTERM (scale to 0 first for a drain-first removal).
-    handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler,
-                      interval=pool_interval(), backoff=2, change_id="pods", timer_id="pool")
+    kind = handlers.register(registry, runtime, kind=KIND, resource=RESOURCE,
+                             reconciler=reconciler, interval=pool_interval(), backoff=2,
+                             change_id="pods")
+    register_pod_watch(registry, runtime, kind, cache)
     return reconciler
+
+
+def register_pod_watch(registry: kopf.OperatorRegistry, runtime: Runtime, pools: Kind,
+                       cache: ObjectCache) -> None:
+    """Watch the operator's worker pods: keep them in ``cache``, wake their pool on a change."""
+    selector = {pools_spec.POOL_LABEL: kopf.PRESENT}
+
+    def nudge_owners(body: Any) -> None:
+        for owner in owners_of(body):
+            pools.nudge(owner)
+
+    def cache_pod(body: kopf.Body, **_: Any) -> None:
+        if cache.put(dict(body)):
+            nudge_owners(body)
+
+    def on_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        handlers.seen(runtime)
+        if type == "DELETED":
+            cache.remove(str(body.get("metadata", {}).get("uid")))
+            nudge_owners(body)
+
+    kopf.index("", "v1", "pods", registry=registry, id="pods-cache",
+               labels=selector)(cache_pod)
+    kopf.on.event("", "v1", "pods", registry=registry, id="pods-events",
+                  labels=selector)(on_pod_event)

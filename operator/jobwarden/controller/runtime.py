@@ -7,6 +7,7 @@ modules receive their dependencies instead of importing them.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import threading
 import time
@@ -16,6 +17,8 @@ from jobwarden import metrics
 from jobwarden.client import Client
 from jobwarden.controller import specs
 from jobwarden.controller.config import OperatorConfig
+from jobwarden.controller.kinds import Kind
+from jobwarden.controller.kubeclient import KubeClient
 from jobwarden.db.database import Database
 
 
@@ -44,6 +47,17 @@ class Runtime:
         #: This process's identity as a lease owner (unique per process, readable).
         self.owner = f"operator:{config.pod_name}:{uuid.uuid4().hex[:8]}"
         self.health = Health()
+        #: The kinds this operator reconciles (handlers.register adds them).
+        self.kinds: list[Kind] = []
+        #: The operator's own Kubernetes calls (pods, status writes outside kopf).
+        self.kube = KubeClient()
+        #: Set once kopf has listed every indexed kind (its handlers run only then).
+        self.indexed = threading.Event()
+        #: A context of kopf's handler threads: kopf posts Events only from such a
+        #: context, so the resync loop runs its passes in a copy of it.
+        self.kopf_context: contextvars.Context | None = None
+        #: True while kopf peering pauses this replica for a higher-priority one.
+        self.paused = False
 
     @staticmethod
     def reconciled(kind: str, result: str) -> None:

@@ -15,14 +15,18 @@ Rules (decided by the pure functions in :mod:`jobwarden.controller.status`):
   clusters is ONE schedule. Its ``source`` names the cluster that wrote it. A
   cluster whose spec differs from a row another cluster wrote reports
   ``Conflicting=True`` and leaves the row alone (first writer wins).
-* Delete goes through kopf's finalizer: the row is deleted only when this
-  cluster wrote it; another cluster's row stays (it re-creates it anyway).
+* Deletion is observed, not blocked (no finalizer, see handlers.py): the
+  watch's DELETED event deletes the row when this cluster wrote it (another
+  cluster's row stays; it re-creates it anyway), and the resync loop's sweep
+  deletes the rows of this cluster whose resource is gone, confirmed by a GET,
+  in the namespaces this operator watches (a deletion while no operator ran).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -201,8 +205,35 @@ class ScheduleReconciler:
             raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
 
 
+    def sweep(self, *, present: set[tuple[str, str]],
+              exists: Callable[[str, str], bool]) -> int:
+        """Delete this cluster's rows whose JobSchedule is gone; the number deleted.
+
+        Only rows this cluster wrote (``source``), in namespaces this operator
+        watches, that the cache does not hold (``present``), and that ``exists``
+        (a GET) confirms gone: a resource created a moment ago is never swept.
+        """
+        watched = set(self.runtime.config.namespaces)
+        swept = 0
+        for row in self.runtime.client.schedules.list():
+            if row.source != self.runtime.source or "/" not in row.name:
+                continue
+            namespace, name = row.name.split("/", 1)
+            if (watched and namespace not in watched) or (namespace, name) in present:
+                continue
+            if exists(namespace, name):
+                continue
+            current = self.runtime.client.schedules.get(row.name)
+            if current is not None and current.source == self.runtime.source:
+                self.runtime.client.schedules.delete(row.name)
+                logger.info("swept schedule %s: its JobSchedule is gone", row.name)
+                self.runtime.reconciled(KIND, "swept")
+                swept += 1
+        return swept
+
+
 def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> ScheduleReconciler:
     reconciler = ScheduleReconciler(runtime)
     handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler,
-                      deleter=reconciler)
+                      deleter=reconciler, sweeper=reconciler)
     return reconciler

@@ -1,0 +1,84 @@
+"""The Kubernetes client the operator's own calls use (kopf has its own connection).
+
+One lazily built ``ApiClient`` per operator: in-cluster credentials when the
+process runs in a pod, else ``KUBECONFIG`` as kubectl reads it. Bodies go in and
+come out as plain dicts (``_preload_content=False``): the reconcilers work on
+manifests, not on the generated model classes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeClient:
+    def __init__(self) -> None:
+        self._api: Any = None
+        self._lock = threading.Lock()
+
+    def api_client(self) -> Any:
+        with self._lock:
+            if self._api is None:
+                import kubernetes
+
+                try:
+                    configuration = kubernetes.client.Configuration()
+                    kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
+                        client_configuration=configuration)
+                    self._api = kubernetes.client.ApiClient(configuration)
+                except kubernetes.config.ConfigException:
+                    self._api = kubernetes.config.new_client_from_config()  # type: ignore[no-untyped-call]
+            return self._api
+
+    def core(self) -> Any:
+        import kubernetes
+
+        return kubernetes.client.CoreV1Api(self.api_client())
+
+    def custom(self) -> Any:
+        import kubernetes
+
+        return kubernetes.client.CustomObjectsApi(self.api_client())
+
+
+def status_of(exc: BaseException) -> int | None:
+    """The HTTP status of a refused call, None for anything else."""
+    status = getattr(exc, "status", None)
+    return status if isinstance(status, int) else None
+
+
+class CustomObjects:
+    """GET and status PATCH of one namespaced custom resource (dicts in and out)."""
+
+    def __init__(self, client: KubeClient, resource: tuple[str, str, str]) -> None:
+        self.client = client
+        self.group, self.version, self.plural = resource
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The object, None when it does not exist (404)."""
+        try:
+            response = self.client.custom().get_namespaced_custom_object(
+                self.group, self.version, namespace, self.plural, name,
+                _preload_content=False)
+        except Exception as exc:
+            if status_of(exc) == 404:
+                return None
+            raise
+        return dict(json.loads(response.data))
+
+    def patch_status(self, namespace: str, name: str, status: dict[str, Any]
+                     ) -> dict[str, Any] | None:
+        """A JSON merge patch of ``.status``; the updated object, None when it is gone."""
+        try:
+            response = self.client.custom().patch_namespaced_custom_object_status(
+                self.group, self.version, namespace, self.plural, name, {"status": status},
+                _content_type=MERGE_PATCH, _preload_content=False)
+        except Exception as exc:
+            if status_of(exc) == 404:
+                return None
+            raise
+        return dict(json.loads(response.data))
