@@ -14,7 +14,9 @@ all build workers here, so each runs with the same parts in the same order:
    schedule pass as the runner of step 3;
 5. the gauge exporter, when the worker serves HTTP (``/metrics``) and
    ``gauge_interval`` > 0: it competes for the gauge lease with every other
-   worker and the operator, so one process per database exports queue depth.
+   worker and the operator, so one process per database exports queue depth;
+6. retention of finished jobs (``JOBWARDEN_RETENTION``), periodically, in the
+   one process of the database holding its lease (:mod:`jobwarden.retention`).
 
 Nothing here is module state: two workers in one process (tests, ``jobwarden
 dev`` in-process) each get their own extensions.
@@ -32,6 +34,7 @@ from jobwarden.membership import HostMembership
 from jobwarden.schedules.service import ScheduleExtension
 from jobwarden.settings import WorkerSettings
 from jobwarden.tick import SchedulePass, Ticker, TickExtension
+from jobwarden.upkeep import RetentionExtension
 from jobwarden.worker.extensions import WorkerExtension
 from jobwarden.worker.worker import ExtensionFactory, Worker
 
@@ -71,6 +74,7 @@ def build_worker(db: Database, settings: WorkerSettings, *,
                                                       run_schedules=schedules.tick_pass))
         if settings.gauge_interval > 0:
             factories.append(GaugeExtension)
+    factories.append(RetentionExtension)
     if tracing.enabled():  # outermost: the attempt's span covers lease waits too
         factories.insert(0, attempt_tracing.TracingExtension)
     return Worker(db, settings, extensions=[*factories, *extra])

@@ -1,9 +1,10 @@
 """Database-wide gauges, exported once per database by whichever process holds their lease.
 
-Queue depth, oldest pending age, schedule freshness and host counts describe the
-*database*, not a process: if every worker exported them, a ``sum()`` over pods
-would multiply the backlog by the number of pods. So exactly one process per
-database exports them: the holder of the lease :data:`LEASE_NAME`. Any process
+Queue depth, oldest pending age, schedule freshness, host counts and the hot
+tables' dead tuples and autovacuum state describe the *database*, not a
+process: if every worker exported them, a ``sum()`` over pods would multiply
+the backlog by the number of pods. So exactly one process per database
+exports them: the holder of the lease :data:`LEASE_NAME`. Any process
 that serves ``/metrics`` may compete for it -- the operator (one of its loops)
 and every ``jobwarden worker`` with an HTTP port (the extension in
 :mod:`jobwarden.gauge_extension`, added by :mod:`jobwarden.assembly`) -- so a
@@ -33,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobwarden import errors, leases, metrics
 from jobwarden.looping import PeriodicTask
+from jobwarden.structs.maintenance import DatabaseHealth
 from jobwarden.structs.states import JobStatus
 
 if TYPE_CHECKING:
@@ -118,6 +120,7 @@ class DatabaseGauges:
         self._oldest: set[tuple[str, ...]] = set()
         self._schedules: set[tuple[str, ...]] = set()
         self._hosts: set[tuple[str, ...]] = set()
+        self._tables: set[tuple[str, ...]] = set()
         #: True while this process has gauges exported (a standby has nothing to clear).
         self.exporting = False
 
@@ -138,6 +141,7 @@ class DatabaseGauges:
             metrics.prime_schedule(item.name)
             since[(item.name,)] = float(item.seconds_since_success)
             lag[(item.name,)] = float(item.lag_seconds)
+        health = db.maintenance.health()
         with self._lock:  # read first, then set all at once: a clear() never interleaves
             self._depth = _replace(metrics.QUEUE_DEPTH, self._depth, depth)
             self._oldest = _replace(metrics.QUEUE_OLDEST_PENDING, self._oldest,
@@ -145,6 +149,7 @@ class DatabaseGauges:
             self._hosts = _replace(metrics.HOSTS, self._hosts, hosts)
             _replace(metrics.SCHEDULE_SINCE_SUCCESS, self._schedules, since)
             self._schedules = _replace(metrics.SCHEDULE_LAG, self._schedules, lag)
+            self._tables = _set_table_health(health, self._tables)
             self.exporting = True
 
     def clear(self) -> None:
@@ -153,10 +158,42 @@ class DatabaseGauges:
             if not self.exporting:
                 return
             for gauge in (metrics.QUEUE_DEPTH, metrics.QUEUE_OLDEST_PENDING,
-                          metrics.SCHEDULE_SINCE_SUCCESS, metrics.SCHEDULE_LAG, metrics.HOSTS):
+                          metrics.SCHEDULE_SINCE_SUCCESS, metrics.SCHEDULE_LAG, metrics.HOSTS,
+                          *_TABLE_GAUGES, metrics.DB_TABLE_BYTES):
                 gauge.clear()
             self._depth, self._oldest, self._schedules, self._hosts = set(), set(), set(), set()
+            self._tables = set()
             self.exporting = False
+
+
+_TABLE_GAUGES = (metrics.DB_DEAD_TUPLES, metrics.DB_LIVE_TUPLES, metrics.DB_AUTOVACUUM_ENABLED,
+                 metrics.DB_SECONDS_SINCE_VACUUM)
+
+
+def _set_table_health(health: DatabaseHealth,
+                      previous: set[tuple[str, ...]]) -> set[tuple[str, ...]]:
+    """Dead tuples, autovacuum and size of the hot tables (issue 16; docs/operations.md)."""
+    tables: set[tuple[str, ...]] = {(t.table,) for t in health.tables}
+    for table in health.tables:
+        metrics.DB_DEAD_TUPLES.labels(table.table).set(table.dead)
+        metrics.DB_LIVE_TUPLES.labels(table.table).set(table.live)
+        metrics.DB_AUTOVACUUM_ENABLED.labels(table.table).set(
+            1.0 if health.autovacuum and table.autovacuum_enabled else 0.0)
+        if table.seconds_since_vacuum is None:
+            with contextlib.suppress(KeyError):
+                metrics.DB_SECONDS_SINCE_VACUUM.remove(table.table)
+        else:
+            metrics.DB_SECONDS_SINCE_VACUUM.labels(table.table).set(table.seconds_since_vacuum)
+        metrics.DB_TABLE_BYTES.labels(table.table, "table").set(table.table_bytes)
+        metrics.DB_TABLE_BYTES.labels(table.table, "indexes").set(table.index_bytes)
+    for (gone,) in previous - tables:
+        for gauge in _TABLE_GAUGES:
+            with contextlib.suppress(KeyError):
+                gauge.remove(gone)
+        for kind in ("table", "indexes"):
+            with contextlib.suppress(KeyError):
+                metrics.DB_TABLE_BYTES.remove(gone, kind)
+    return tables
 
 
 def _replace(gauge: Any, previous: set[tuple[str, ...]],

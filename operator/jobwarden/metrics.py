@@ -35,7 +35,13 @@ jobwarden_schedule_slots_enqueued_total           counter    schedule
 jobwarden_schedule_slots_missed_total             counter    schedule
 jobwarden_schedule_slots_skipped_total            counter    schedule
 jobwarden_schedule_runs_total                     counter    result
+jobwarden_retention_deleted_total                 counter    status
 ================================================  =========  ==============================
+
+``jobwarden_retention_deleted_total`` moves only in the one process (worker or
+operator) that holds the ``maintenance:retention`` lease while it deletes
+(:mod:`jobwarden.retention`); every process exports it at 0 for each finished
+status.
 
 The database-wide gauges are exported once per database, by the one process
 (the operator, or a worker that serves /metrics) that holds the
@@ -48,7 +54,19 @@ jobwarden_queue_oldest_pending_seconds            gauge      queue
 jobwarden_schedule_seconds_since_success          gauge      schedule
 jobwarden_schedule_lag_seconds                    gauge      schedule
 jobwarden_hosts                                   gauge      pool, state
+jobwarden_db_dead_tuples                          gauge      table
+jobwarden_db_live_tuples                          gauge      table
+jobwarden_db_autovacuum_enabled                   gauge      table
+jobwarden_db_seconds_since_vacuum                 gauge      table
+jobwarden_db_table_bytes                          gauge      table, kind
 ================================================  =========  ==============================
+
+The ``jobwarden_db_*`` gauges describe the hot tables (jobs, job_attempts,
+leases, hosts, workers) from the server's statistics: dead and live tuples,
+whether autovacuum can run on the table (1: the server's ``autovacuum`` and
+``track_counts`` are on and the table's ``autovacuum_enabled`` is not false),
+seconds since its last (auto)vacuum (absent: never since the statistics were
+reset), and its size (``kind``: ``table`` or ``indexes``).
 
 The operator also exports ``jobwarden_operator_reconciles_total{kind, result}``,
 ``jobwarden_operator_errors_total{kind}``, ``jobwarden_rollout_duration_seconds{pool}``
@@ -211,6 +229,31 @@ HOSTS = Gauge(
     "jobwarden_hosts", "Registered hosts by pool and state (active, draining).",
     ("pool", "state"), registry=REGISTRY,
 )
+DB_DEAD_TUPLES = Gauge(
+    "jobwarden_db_dead_tuples", "Dead tuples in a hot table (server statistics).", ("table",),
+    registry=REGISTRY,
+)
+DB_LIVE_TUPLES = Gauge(
+    "jobwarden_db_live_tuples", "Live tuples in a hot table (server statistics).", ("table",),
+    registry=REGISTRY,
+)
+DB_AUTOVACUUM_ENABLED = Gauge(
+    "jobwarden_db_autovacuum_enabled",
+    "1 when autovacuum can run on the table (server setting and table option), else 0.",
+    ("table",), registry=REGISTRY,
+)
+DB_SECONDS_SINCE_VACUUM = Gauge(
+    "jobwarden_db_seconds_since_vacuum", "Seconds since the table's last (auto)vacuum.",
+    ("table",), registry=REGISTRY,
+)
+DB_TABLE_BYTES = Gauge(
+    "jobwarden_db_table_bytes", "Size of a hot table (kind=table) or its indexes (indexes).",
+    ("table", "kind"), registry=REGISTRY,
+)
+RETENTION_DELETED = Counter(
+    "jobwarden_retention_deleted", "Finished jobs deleted by the retention task, by status.",
+    ("status",), registry=REGISTRY,
+)
 OPERATOR_RECONCILES = Counter(
     "jobwarden_operator_reconciles", "Reconciliations by resource kind and result.",
     ("kind", "result"), registry=REGISTRY,
@@ -239,6 +282,7 @@ SKIP_REASONS = policies.SKIP_REASONS
 #: What a fenced write was (the worker's recorder writes only these).
 FENCED_OPERATIONS = ("complete", "fail", "defer")
 REAP_OUTCOMES = ("retried", "interrupted", "failed")
+RETENTION_STATUSES = ("completed", "failed", "interrupted", "cancelled")
 
 _primed: set[tuple[str, ...]] = set()
 _primed_lock = threading.Lock()
@@ -260,6 +304,8 @@ def prime_process() -> None:
         LEASES_HELD.labels(kind)
     for result in ("ok", "error"):
         SCHEDULE_RUNS.labels(result)
+    for status in RETENTION_STATUSES:
+        RETENTION_DELETED.labels(status)
 
 
 def prime_job(queue: str, job_class: str) -> None:

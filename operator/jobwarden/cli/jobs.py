@@ -244,8 +244,12 @@ def cmd_status(args: argparse.Namespace) -> int:
         for queue, counts in stats.items():
             counts["scheduled"] = scheduled.get(queue, 0)
             counts["pending"] -= counts["scheduled"]
+        # Autovacuum off, or dead tuples piling up in the hot tables (issue 16):
+        # warnings, not failures -- the queues still work, only slower.
+        health = client.db.maintenance.health()
         if args.json:
-            print_json({"queues": stats, "hosts": hosts_cli.hosts_json(client)})
+            print_json({"queues": stats, "hosts": hosts_cli.hosts_json(client),
+                        "database": health.as_json()})
             return EXIT_OK
         statuses = ["pending", "scheduled", *[s.value for s in JobStatus
                                               if s is not JobStatus.PENDING]]
@@ -253,4 +257,6 @@ def cmd_status(args: argparse.Namespace) -> int:
                 for queue, counts in sorted(stats.items())]
         print_table(["QUEUE", *[s.upper() for s in statuses]], rows)
         hosts_cli.print_hosts(client)
+        for warning in health.warnings():
+            print(f"warning: {warning}")
     return EXIT_OK

@@ -1,4 +1,4 @@
-"""The operator's periodic work: schedule runner, reaper, database-wide gauges.
+"""The operator's periodic work: schedule runner, reaper, database-wide gauges, retention.
 
 Each loop runs in its own named thread and, before each pass, holds a database
 lease ``operator:<loop>``: of all operators sharing the database (replicas,
@@ -29,7 +29,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from jobwarden import errors, gauges, reaper
+from jobwarden import errors, gauges, reaper, retention
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
 from jobwarden.looping import PeriodicTask, TaskLoop
@@ -135,6 +135,8 @@ def run_schedules(db: Database) -> None:
 def loops(runtime: Runtime) -> tuple[list[Loop], gauges.DatabaseGauges]:
     config = runtime.config
     exported = gauges.DatabaseGauges(runtime.db)
+    kept = retention.RetentionSettings.from_env()
+    cleanup = retention.Retention(runtime.db, kept)
     return [
         Loop(name="schedules", interval=config.schedule_interval,
              run=lambda: run_schedules(runtime.db)),
@@ -142,4 +144,7 @@ def loops(runtime: Runtime) -> tuple[list[Loop], gauges.DatabaseGauges]:
         # The gauge lease is shared with workers that serve /metrics (jobwarden.gauges).
         Loop(name="gauges", interval=config.gauge_interval, run=exported,
              standby=exported.clear, lease=gauges.LEASE_NAME),
+        # Shared with the workers' retention task (jobwarden.upkeep): one of them runs it.
+        Loop(name="retention", interval=kept.interval if kept.enabled else 0.0,
+             run=cleanup.run_pass, lease=retention.LEASE_NAME),
     ], exported

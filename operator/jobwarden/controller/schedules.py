@@ -154,12 +154,13 @@ class ScheduleReconciler:
                         " (already enqueued)" if run.duplicate else "")
             posted.append(st.Event(type="Normal", reason="RunNow",
                                    message=f"run-now {request!r}: job {run.job_id}"))
-        if desired.successful_history is not None or desired.failed_history is not None:
-            trimmed = store.trim_history(row_name, successful=desired.successful_history,
-                                         failed=desired.failed_history)
-            if trimmed:
-                logger.info("schedule %s: %d finished job(s) beyond the history limits "
-                            "deleted", row_name, trimmed)
+        # Always, limits or not: the row records them (or that they were removed),
+        # which tells the database-wide retention whose jobs it leaves alone.
+        trimmed = store.trim_history(row_name, successful=desired.successful_history,
+                                     failed=desired.failed_history)
+        if trimmed:
+            logger.info("schedule %s: %d finished job(s) beyond the history limits "
+                        "deleted", row_name, trimmed)
         active = store.active_jobs(row_name, limit=ACTIVE_SHOWN)
         status.pop("active", None)
         if active:

@@ -176,12 +176,14 @@ class Database:
         from jobwarden.db import hosts as _hosts
         from jobwarden.db import jobs as _jobs
         from jobwarden.db import leases as _leases
+        from jobwarden.db import maintenance as _maintenance
         from jobwarden.db import queues as _queues
         from jobwarden.db import schedules as _schedules
 
         self.jobs = _jobs.JobsTable(self)
         self.hosts = _hosts.HostsTable(self)
         self.leases = _leases.LeasesTable(self)
+        self.maintenance = _maintenance.MaintenanceTable(self)
         self.queues = _queues.QueuesTable(self)
         self.schedules = _schedules.SchedulesTable(self)
 

@@ -105,6 +105,12 @@ class SchedulesTable:
         return self._db.execute("schedule_trim_history", {
             "name": name, "statuses": list(statuses), "keep": keep, "batch": batch})
 
+    def set_history_limits(self, name: str, *, successful: int | None,
+                           failed: int | None) -> bool:
+        """Record the schedule's history limits; True when they changed."""
+        return self._db.execute("schedule_set_history_limits", {
+            "name": name, "successful": successful, "failed": failed}) > 0
+
     def now(self, *, conn: Connection | None = None,
             now: datetime.datetime | None = None) -> datetime.datetime:
         """``now`` if given, else the database clock (the transaction's start on ``conn``)."""

@@ -385,7 +385,13 @@ class Schedules:
                      failed: int | None) -> int:
         """Keep the newest ``successful`` completed and ``failed`` failed/interrupted/
         cancelled jobs of the schedule; delete older ones (None keeps all). One
-        bounded batch per status group per call; returns how many were deleted."""
+        bounded batch per status group per call; returns how many were deleted.
+
+        The limits are recorded on the schedule's row first: the database-wide
+        retention (:mod:`jobwarden.retention`) leaves a limited status group's jobs
+        to the limit, so the two never both delete (or disagree about) one row.
+        Call it with both None when the limits were removed."""
+        self.db.schedules.set_history_limits(name, successful=successful, failed=failed)
         deleted = 0
         if successful is not None:
             deleted += self.db.schedules.trim_history(name, statuses=["completed"],

@@ -212,3 +212,13 @@ WHERE id IN (
     OFFSET %(keep)s
     LIMIT %(batch)s
 );
+
+-- name: schedule_set_history_limits
+-- Record the schedule's history limits (0012_retention.sql): the database-wide
+-- retention leaves the finished jobs of a limited status group to the limit.
+-- Written only when they changed, so a reconcile that changes nothing writes nothing.
+UPDATE {schema}.schedules
+SET successful_history_limit = %(successful)s, failed_history_limit = %(failed)s
+WHERE name = %(name)s
+  AND (successful_history_limit IS DISTINCT FROM %(successful)s::integer
+       OR failed_history_limit IS DISTINCT FROM %(failed)s::integer);
