@@ -106,6 +106,8 @@ def test_alert_rules_cover_the_runbook() -> None:
         "JobwardenOperatorDown",
         "JobwardenDatabaseUnreachable",
         "JobwardenQueueWaitHigh",
+        "JobwardenAutovacuumOff",
+        "JobwardenDeadTuplesPilingUp",
     ]
 
 

@@ -108,6 +108,42 @@ CASES: list[dict[str, Any]] = [
 ]
 
 
+CASES += [
+    {   # autovacuum turned off for the jobs table at minute 11: fires after `for` (15m)
+        "interval": "1m",
+        "input_series": [
+            {"series": 'jobwarden_db_autovacuum_enabled{table="jobs",pod="op"}',
+             "values": "1x10 0x30"},
+            {"series": 'jobwarden_db_autovacuum_enabled{table="leases",pod="op"}',
+             "values": "1x40"},
+        ],
+        "alert_rule_test": [
+            _alert("JobwardenAutovacuumOff", "20m", []),
+            _alert("JobwardenAutovacuumOff", "30m", [{"table": "jobs"}]),
+        ],
+    },
+    {   # 500k dead beside 10k live in jobs: fires after `for` (30m); a big table with
+        # dead tuples below 20% of its live rows and a small one below 100k never do
+        "interval": "1m",
+        "input_series": [
+            {"series": 'jobwarden_db_dead_tuples{table="jobs",pod="op"}',
+             "values": "0x5 500000x60"},
+            {"series": 'jobwarden_db_live_tuples{table="jobs",pod="op"}', "values": "10000x65"},
+            {"series": 'jobwarden_db_dead_tuples{table="job_attempts",pod="op"}',
+             "values": "150000x65"},
+            {"series": 'jobwarden_db_live_tuples{table="job_attempts",pod="op"}',
+             "values": "10000000x65"},
+            {"series": 'jobwarden_db_dead_tuples{table="leases",pod="op"}', "values": "50000x65"},
+            {"series": 'jobwarden_db_live_tuples{table="leases",pod="op"}', "values": "10x65"},
+        ],
+        "alert_rule_test": [
+            _alert("JobwardenDeadTuplesPilingUp", "20m", []),
+            _alert("JobwardenDeadTuplesPilingUp", "40m", [{"table": "jobs"}]),
+        ],
+    },
+]
+
+
 def test_rare_event_alerts_fire_on_the_first_event_and_resolve(tmp_path: Path) -> None:
     groups = _groups(values_of("full-values.yaml"))
     for group in groups:  # promtool compares annotations too; these tests are about firing
