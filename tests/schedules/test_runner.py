@@ -322,3 +322,29 @@ def test_health_reports_seconds_since_success_and_lag(client: Client, db: Databa
     record = client.schedules.get("done")
     assert record is not None and record.last_success_at is not None
     assert record.last_job_status == "completed"
+
+
+def test_schedules_sharing_an_expression_are_planned_each_from_its_own_state(
+        client: Client) -> None:
+    """One pass plans a (expression, planning point, catch-up) combination once and
+    reuses it; schedules that share the expression but not the rest still get their
+    own slots and fates."""
+    for name in ("a1", "a2"):  # identical: created together, one plan for both
+        client.schedules.upsert(name, cron="*/5 * * * *", job_class=JOB, catch_up="all",
+                                now=T0)
+    client.schedules.upsert("late", cron="*/5 * * * *", job_class=JOB, catch_up="all",
+                            now=at(12, 10, 30))
+    client.schedules.upsert("latest", cron="*/5 * * * *", job_class=JOB, catch_up="latest",
+                            now=T0)
+    client.schedules.upsert("capped", cron="*/5 * * * *", job_class=JOB, catch_up="all",
+                            catch_up_max=2, now=T0)
+
+    report = client.schedules.enqueue_due(now=at(12, 20, 1))
+
+    four = [f"2030-01-07T12:{m:02d}:00Z" for m in (5, 10, 15, 20)]
+    assert keys(client, "a1") == [f"a1:{s}" for s in four]
+    assert keys(client, "a2") == [f"a2:{s}" for s in four]
+    assert keys(client, "late") == [f"late:{s}" for s in four[2:]]
+    assert keys(client, "latest") == [f"latest:{four[-1]}"]
+    assert keys(client, "capped") == [f"capped:{s}" for s in four[2:]]
+    assert (report.checked, report.enqueued, report.missed) == (5, 13, 5)

@@ -7,6 +7,7 @@ missed slots on a change or a resume) and the CLI; no database.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any
 
 from jobwarden import definitions
@@ -19,8 +20,14 @@ __all__ = ["job_spec", "passed_slots", "schedule_lease", "slot_key"]
 
 def slot_key(name: str, slot: dt.datetime) -> str:
     """The unique key of a slot's job: ``<name>:<slot in UTC ISO 8601>`` (whole seconds, Z)."""
+    return f"{name}:{_slot_text(slot)}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _slot_text(slot: dt.datetime) -> str:
+    """A slot as UTC ISO 8601; cached, since a pass gives many schedules the same slot."""
     utc = slot.astimezone(dt.UTC).replace(microsecond=0)
-    return f"{name}:{utc.strftime('%Y-%m-%dT%H:%M:%SZ')}"
+    return utc.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def schedule_lease(name: str) -> str:
