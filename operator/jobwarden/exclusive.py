@@ -40,7 +40,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from jobwarden import definitions, errors, metrics
+from jobwarden import definitions, errors, onbusy
 from jobwarden.leases import LeaseHolder, LeaseKind, LeaseNotReleased
 from jobwarden.structs.leases import Acquisition, lease_name
 from jobwarden.worker.context import (
@@ -60,31 +60,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("jobwarden.leases")
 
-#: A deferred job is retried when the lease may be free, but at most this late...
-MAX_DEFER_SECONDS = 30.0
-#: ...and not sooner than this, so a lease that is "just lapsing" cannot cause a
-#: claim/release loop with the database.
-MIN_DEFER_SECONDS = 0.1
 #: Job.heartbeat() inside perform renews at most this often (the worker's batch
 #: heartbeat renews anyway; this only matters for very long heartbeat intervals).
 IN_PERFORM_RENEW_SECONDS = 1.0
 
 
-def lease_window(timeout_seconds: float) -> float:
-    """How long a job lease lives without renewal: the claim timeout + max(60, it)."""
-    return timeout_seconds + max(60.0, timeout_seconds)
+#: How long a job lease lives without renewal (shared with pod runs: onbusy.py).
+lease_window = onbusy.lease_window
+#: The metrics kind of a lease named on a job row (shared with pod runs: onbusy.py).
+row_lease_kind = onbusy.row_lease_kind
 
 
 def _blank(value: object) -> bool:
     return value is None or not str(value).strip()
-
-
-def row_lease_kind(name: str) -> LeaseKind:
-    """The metrics kind of a lease named on a job row by its prefix."""
-    for prefix, kind in (("schedule:", "schedule"), ("key:", "key"), ("job:", "job")):
-        if name.startswith(prefix):
-            return kind  # type: ignore[return-value]
-    return "key"
 
 
 def job_lease(job_class: type[definitions.Job], data: Any,
@@ -110,6 +98,25 @@ def job_lease(job_class: type[definitions.Job], data: Any,
     if job_class.exclusive:
         return lease_name(f"job:{class_path or job_class.path()}"), "job"
     return None
+
+
+def busy_outcome(attempt: Attempt, found: Acquisition, *, kind: LeaseKind,
+                 policy: str | None) -> Outcome:
+    """The outcome of an attempt whose lease was busy: the shared verdict (onbusy.py).
+
+    Also used by ``jobwarden run-job`` when the lease handed to its pod was lost
+    before the job started.
+    """
+    claim = attempt.claim
+    busy = onbusy.verdict(found, policy=policy)
+    onbusy.count_busy(kind, busy, queue=claim.queue, job_class=claim.job_class)
+    logger.info("job %d (%s): lease %r busy (held by %s, %.1fs left): %s", claim.id,
+                claim.job_class, found.name, busy.holder, found.retry_after, busy.policy)
+    if busy.policy == "skip":
+        return Cancelled(error=busy.error)
+    if busy.policy == "fail":
+        return Failed(error=busy.error, reason="lease_busy")
+    return Released(delay_seconds=busy.delay_seconds, deferral=True, reason="lease_busy")
 
 
 class _Held(LeaseHolder):
@@ -186,19 +193,8 @@ class ExclusiveJobs(Extension):
             with self._lock:
                 self._held[claim.id] = held
             return None
-        metrics.LEASE_BUSY.labels(kind).inc()
-        holder = f"{found.holder or 'another owner'}" + (
-            f" on {found.holder_host}" if found.holder_host else "")
-        policy = claim.on_busy or job_class.on_busy
-        logger.info("job %d (%s): lease %r busy (held by %s, %.1fs left): %s", claim.id,
-                    claim.job_class, name, holder, found.retry_after, policy)
-        if policy == "skip":
-            metrics.JOBS_SKIPPED.labels(claim.queue, claim.job_class, "on_busy_skip").inc()
-            return Cancelled(error=f"skipped: lease {name!r} busy (held by {holder})")
-        if policy == "fail":
-            return Failed(error=f"lease {name!r} busy (held by {holder})", reason="lease_busy")
-        delay = max(min(found.retry_after, MAX_DEFER_SECONDS), MIN_DEFER_SECONDS)
-        return Released(delay_seconds=delay, deferral=True, reason="lease_busy")
+        return busy_outcome(attempt, found, kind=kind,
+                            policy=claim.on_busy or job_class.on_busy)
 
     def around_attempt(self, attempt: Attempt, job_class: type[definitions.Job],
                        context: AttemptContext, call_next: CallNext) -> Outcome:

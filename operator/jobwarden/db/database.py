@@ -177,6 +177,7 @@ class Database:
         from jobwarden.db import jobs as _jobs
         from jobwarden.db import leases as _leases
         from jobwarden.db import maintenance as _maintenance
+        from jobwarden.db import podruns as _podruns
         from jobwarden.db import queues as _queues
         from jobwarden.db import schedules as _schedules
 
@@ -186,6 +187,7 @@ class Database:
         self.maintenance = _maintenance.MaintenanceTable(self)
         self.queues = _queues.QueuesTable(self)
         self.schedules = _schedules.SchedulesTable(self)
+        self.podruns = _podruns.PodRunsTable(self)
 
     # -- lifecycle -----------------------------------------------------------------
 

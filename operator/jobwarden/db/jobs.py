@@ -78,7 +78,8 @@ def _keys_distinct(specs: Sequence[JobSpec]) -> bool:
     return len(keys) == len(set(keys))
 
 
-def _claimed(row: Row) -> ClaimedJob:
+def claimed_row(row: Row) -> ClaimedJob:
+    """A claim row of fragment_claim_rows (also the first columns of a pod-run claim)."""
     (id_, queue, job_class, data, priority, attempts, max_retries, timeout, idempotent, token,
      lease_name, schedule_name, queue_wait, on_busy, lease_ttl, trace_context) = row
     return ClaimedJob(
@@ -144,14 +145,14 @@ class JobsTable:
             rows = self._db.rows("job_claim_queues", {**params, "queues": list(queues)})
         else:
             rows = self._db.rows("job_claim_any", params)
-        return _in_claim_order([_claimed(r) for r in rows])
+        return _in_claim_order([claimed_row(r) for r in rows])
 
     def claims_of_batch(self, *, host: str, batch: uuid.UUID,
                         grace_seconds: float) -> list[ClaimedJob]:
         """The jobs the claim ``batch`` took and still holds (heartbeated now)."""
         rows = self._db.rows("job_claims_of_batch", {"host": host, "batch": batch,
                                                      "grace": grace_seconds})
-        return _in_claim_order([_claimed(r) for r in rows])
+        return _in_claim_order([claimed_row(r) for r in rows])
 
     def claim_outcomes(self, claims: Sequence[tuple[int, uuid.UUID]]
                        ) -> dict[int, tuple[JobStatus, str | None]]:

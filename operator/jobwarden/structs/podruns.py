@@ -12,7 +12,11 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import re
+import uuid
 from typing import Literal, get_args
+
+from jobwarden.structs.jobs import ClaimedJob
+from jobwarden.structs.states import JobStatus
 
 #: Why a pod run ended without the job recording its own outcome. ``image_pull``,
 #: ``unschedulable`` and ``start_deadline``: the pod never started within the start
@@ -104,8 +108,61 @@ class RunningPodRun:
     slot: datetime.datetime | None
     cancel_requested: bool
     claimed_at: datetime.datetime | None
-    #: The last heartbeat (the claim's own time until run-job's first heartbeat).
+    #: The last heartbeat of run-job in the pod; None until run-job started (so
+    #: None = the pod has not started the job: its code never ran under this claim).
     heartbeat_at: datetime.datetime | None
-    #: When run-job recorded that it started (None: the pod has not started yet).
-    started_at: datetime.datetime | None
+    #: When the reaper may reclaim it (claim + start deadline until run-job starts).
     claim_expires_at: datetime.datetime | None
+
+    @property
+    def started(self) -> bool:
+        return self.heartbeat_at is not None
+
+
+def slot_of(schedule_name: str | None, unique_key: str | None) -> datetime.datetime | None:
+    """The schedule slot a job runs for, read from its unique key ``<name>:<slot>``.
+
+    None for jobs that are not a slot of a schedule (run-now, backfill keys are
+    slots too; an ExclusiveJob's run has no slot).
+    """
+    if schedule_name is None or unique_key is None \
+            or not unique_key.startswith(schedule_name + ":"):
+        return None
+    text = unique_key[len(schedule_name) + 1:]
+    try:
+        slot = datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return slot.replace(tzinfo=datetime.UTC)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodRunRow:
+    """A pod run's row as its claim and its start return it (db/podruns.py).
+
+    ``claim`` is what a worker would get for the same row, so ``jobwarden
+    run-job`` runs it with the worker's own machinery.
+    """
+
+    claim: ClaimedJob
+    pod_run: str
+    unique_key: str | None
+    #: The fencing token of the lease the claim took (None: no lease, or not yet).
+    lease_token: int | None
+    cancel_requested: bool
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PodRunFailed:
+    """What ``pod_run_fail`` wrote: the status after, and the leases it freed."""
+
+    job_id: int
+    status: JobStatus
+    queue: str
+    job_class: str
+    leases_freed: int
+
+
+def claim_token_text(token: uuid.UUID) -> str:
+    """A claim token as it travels in a pod's environment (canonical UUID text)."""
+    return str(token)

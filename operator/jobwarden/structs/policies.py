@@ -40,8 +40,10 @@ Overlap = Literal["Allow", "Forbid", "Replace"]
 CatchUp = Literal["latest", "none", "all"]
 
 #: Why an attempt failed (the ``reason`` label of ``jobs_failed``/``jobs_retried``).
-#: ``lease_busy`` is a job with ``on_busy = "fail"`` whose lease was held.
-FailureReason = Literal["error", "timeout", "unknown_job", "bad_data", "lease_busy"]
+#: ``lease_busy`` is a job with ``on_busy = "fail"`` whose lease was held;
+#: ``pod_failure`` a pod run whose pod failed before the job recorded an outcome.
+FailureReason = Literal["error", "timeout", "unknown_job", "bad_data", "lease_busy",
+                        "pod_failure"]
 #: Why a claim was given back unrun (nothing counted against its attempts).
 ReleaseReason = Literal["lease_busy", "shutdown", "database_unavailable"]
 #: Why a run was skipped (the ``reason`` label of ``jobs_skipped``).

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from jobwarden import definitions, errors, metrics
+from jobwarden import definitions, errors, metrics, onbusy
 from jobwarden.structs.policies import FailureReason
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker import execution
@@ -73,12 +73,7 @@ class Outcomes:
             self._hook(attempt, "on_success", outcome.result)
         elif isinstance(outcome, Failed):
             final = status is not JobStatus.PENDING
-            if status is JobStatus.PENDING:
-                metrics.JOBS_RETRIED.labels(*labels, outcome.reason).inc()
-            elif status is JobStatus.CANCELLED:
-                metrics.JOBS_CANCELLED.labels(*labels).inc()
-            else:
-                metrics.JOBS_FAILED.labels(*labels, outcome.reason).inc()
+            onbusy.count_failure(*labels, outcome.reason, status)
             logger.warning("job %d (%s) attempt %d failed (%s)%s: %s", claim.id,
                            claim.job_class, claim.attempt, outcome.reason,
                            "" if not final else " for good",
@@ -94,8 +89,7 @@ class Outcomes:
         elif isinstance(outcome, Cancelled):
             metrics.JOBS_CANCELLED.labels(*labels).inc()
         elif isinstance(outcome, Released) and outcome.deferral:
-            metrics.JOBS_DEFERRED.labels(*labels).inc()
-            metrics.JOBS_SKIPPED.labels(*labels, outcome.reason).inc()
+            onbusy.count_deferral(*labels, outcome.reason)
 
     def _hook(self, attempt: Attempt, name: str, *args: Any, **kwargs: Any) -> None:
         claim, job_class = attempt.claim, attempt.job_class

@@ -288,8 +288,12 @@ RETURNING j.id, j.cancel_requested;
 -- become interrupted and never start again by themselves. SKIP LOCKED makes
 -- concurrent reapers (workers, operators, clusters) split the work safely. The
 -- reaped attempt's history row is written by the same statement.
+-- A pod run whose pod never started (heartbeat_at still NULL: `jobwarden run-job`
+-- never began, so the job's code never ran, see podruns.sql) is retried whatever
+-- its idempotency: running it again cannot run it twice.
 WITH stale AS (
-    SELECT id FROM {schema}.jobs
+    SELECT id, (pod_run IS NOT NULL AND heartbeat_at IS NULL) AS unstarted
+    FROM {schema}.jobs
     WHERE status = 'processing' AND claim_expires_at < now()
     ORDER BY claim_expires_at
     LIMIT %(limit)s
@@ -299,15 +303,19 @@ ended AS (
     UPDATE {schema}.jobs AS j
     SET status = (CASE
             WHEN j.cancel_requested THEN 'cancelled'
-            WHEN NOT j.idempotent THEN 'interrupted'
+            WHEN NOT j.idempotent AND NOT stale.unstarted THEN 'interrupted'
             WHEN j.attempts > j.max_retries THEN 'failed'
             ELSE 'pending' END)::{schema}.job_status,
         finished_at = CASE
-            WHEN j.cancel_requested OR NOT j.idempotent OR j.attempts > j.max_retries THEN now()
+            WHEN j.cancel_requested OR (NOT j.idempotent AND NOT stale.unstarted)
+                 OR j.attempts > j.max_retries THEN now()
             ELSE NULL END,
         run_at = now(),
-        last_error = 'reaped: no heartbeat from ' || coalesce(j.claimed_by, 'unknown host')
-                     || ' since ' || coalesce(j.heartbeat_at, j.claimed_at)::text,
+        last_error = CASE WHEN stale.unstarted
+            THEN 'reaped: the pod of ' || j.pod_run || ' did not start (claimed by '
+                 || coalesce(j.claimed_by, 'unknown') || ' at ' || j.claimed_at::text || ')'
+            ELSE 'reaped: no heartbeat from ' || coalesce(j.claimed_by, 'unknown host')
+                 || ' since ' || coalesce(j.heartbeat_at, j.claimed_at)::text END,
         claim_expires_at = NULL, updated_at = now()
     FROM stale WHERE j.id = stale.id
     RETURNING j.id, j.queue, j.job_class, j.attempts, j.claimed_at, j.claimed_by,
