@@ -1,0 +1,229 @@
+"""The connection pool: checked checkouts, prompt resumption after an outage.
+
+Apart from the :class:`~jobwarden.db.database.Database` facade (named queries,
+table modules, migrations, notifications), because how connections are made,
+checked and replaced is one concern -- the one every outage test exercises --
+and what is run over them is another.
+
+One :class:`Pool` per :class:`Database`. It owns a psycopg
+``ConnectionPool`` (autocommit: every named query is its own transaction
+unless a table module opens one explicitly), recognises connections the
+server closed at checkout, and keeps asking for a connection while the server
+is away, so callers resume within about ``RECONNECT_POLL_SECONDS`` of it
+accepting connections again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import select
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg import conninfo
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from jobwarden import errors
+from jobwarden.db.basics import Connection
+from jobwarden.db.faults import first_line as _first_line
+from jobwarden.db.faults import translate_errors
+
+logger = logging.getLogger(__name__)
+
+#: While no pooled connection is ready, a caller asks the pool again this often.
+#: Each ask lets the pool try to connect once more, so callers resume within
+#: about this long of the server accepting connections (the pool's own retries
+#: back off to many seconds, and it gives up on them: see ``Database.connection``).
+RECONNECT_POLL_SECONDS = 0.1
+#: A pooled connection idle longer than this is checked (one empty round trip)
+#: before it is handed out: a network path can drop a quiet connection silently.
+IDLE_CHECK_SECONDS = 30.0
+#: Connecting to a host that does not answer (failover, a moved address) gives up
+#: after this long unless the DSN sets ``connect_timeout``.
+CONNECT_TIMEOUT_SECONDS = 5
+
+
+PREPARED_STATEMENTS_ENV = "JOBWARDEN_PREPARED_STATEMENTS"
+
+
+def env_prepare_threshold() -> int | None:
+    """Server-side prepared statements: off unless ``JOBWARDEN_PREPARED_STATEMENTS`` says.
+
+    Off by default because a transaction-mode pooler (PgBouncer before 1.21, or
+    1.21+ without ``max_prepared_statements``) hands each transaction to any
+    server connection, where psycopg's ``_pg3_N`` statement does not exist. ``on``
+    prepares a query after 5 runs (psycopg's default); a number sets that count
+    (0: prepare at once); ``off`` never prepares.
+    """
+    raw = os.environ.get(PREPARED_STATEMENTS_ENV, "").strip().lower()
+    if raw in ("", "off", "false", "no", "none"):
+        return None
+    if raw in ("on", "true", "yes"):
+        return 5
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise errors.ConfigurationError(
+            f"{PREPARED_STATEMENTS_ENV}={raw!r}: use on, off or a number of runs (0 or more)")
+    return value
+
+
+class _QuietReconnects(logging.Filter):
+    """Drop psycopg_pool's per-attempt connect warnings for Jobwarden's pools.
+
+    ``Database.connection`` asks the pool to connect every RECONNECT_POLL_SECONDS
+    while the server is away; each failed attempt would log two warnings. The
+    caller that finally gives up raises DatabaseUnavailable, which is logged once.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = str(record.msg)
+        ours = bool(record.args) and isinstance(record.args, tuple) \
+            and str(record.args[0]).startswith("jobwarden-")
+        return not (ours and (message.startswith("error connecting in")
+                              or message.startswith("reconnection attempt in pool")))
+
+
+logging.getLogger("psycopg.pool").addFilter(_QuietReconnects())
+
+
+def describe_dsn(dsn: str) -> str:
+    """"database NAME on HOST:PORT" for a message: what the DSN names, never its password."""
+    try:
+        params = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "the database of the given DSN"
+    host = str(params.get("host") or "localhost")
+    port = str(params.get("port") or "5432")
+    name = str(params.get("dbname") or params.get("user") or "postgres")
+    return f"database {name!r} on {host}:{port}"
+
+
+class Pool:
+    """Connections to one database: pooled (checked at checkout) or dedicated."""
+
+    def __init__(self, dsn: str, *, name: str, min_size: int, max_size: int, timeout: float,
+                 application_name: str, prepare_threshold: int | None) -> None:
+        self.dsn = dsn
+        self._timeout = timeout
+        self._connect_kwargs: dict[str, Any] = {
+            "autocommit": True,
+            "prepare_threshold": prepare_threshold,
+            "application_name": application_name,
+        }
+        try:
+            if "connect_timeout" not in conninfo.conninfo_to_dict(dsn):
+                self._connect_kwargs["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+        except psycopg.ProgrammingError as exc:
+            raise errors.ConfigurationError(f"invalid DSN: {_first_line(exc)}") from exc
+        #: Bumped whenever a statement failed for a connection-level reason: every
+        #: pooled connection last checked before that is checked again at checkout.
+        self._faults = 0
+        try:
+            #: The psycopg pool itself (tests hold its connections to exhaust it).
+            self.pool: ConnectionPool[Connection] = ConnectionPool(
+                dsn,
+                min_size=min_size,
+                max_size=max_size,
+                timeout=timeout,
+                kwargs=self._connect_kwargs,
+                open=False,
+                name=name,
+                # Give up a failed background connect at once: the caller's own loop in
+                # connection() asks again every RECONNECT_POLL_SECONDS (the pool's
+                # retries back off exponentially from 1 s, too slow to resume promptly).
+                reconnect_timeout=0,
+            )
+        except psycopg.ProgrammingError as exc:
+            raise errors.ConfigurationError(f"invalid DSN: {_first_line(exc)}") from exc
+        self.pool.open(wait=False)
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def connect(self) -> Connection:
+        """A dedicated connection outside the pool (LISTEN, long waits)."""
+        with translate_errors():
+            return psycopg.connect(self.dsn, **{"connect_timeout": CONNECT_TIMEOUT_SECONDS,
+                                                **self._connect_kwargs})
+
+    # -- execution -----------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A checked pooled connection for the block; waits up to the pool timeout.
+
+        After an outage the pool holds connections the server closed: each one is
+        recognised at checkout (see :meth:`_usable`) and replaced, so the first call
+        after the server is back succeeds. While no connection can be made the
+        caller keeps asking the pool (every ``RECONNECT_POLL_SECONDS``) until its
+        timeout, so it resumes as soon as the server accepts connections again.
+        """
+        with translate_errors():
+            conn = self._checkout()
+            try:
+                yield conn
+            except psycopg.OperationalError:
+                self._faults += 1
+                raise
+            finally:
+                self.pool.putconn(conn)
+
+    def _checkout(self) -> Connection:
+        deadline = time.monotonic() + self._timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise PoolTimeout(f"couldn't get a connection after {self._timeout:.2f} sec")
+            try:
+                conn = self.pool.getconn(timeout=min(left, RECONNECT_POLL_SECONDS))
+            except PoolTimeout:
+                continue
+            if self._usable(conn):
+                return conn
+            self.pool.putconn(conn)  # broken: the pool discards and replaces it
+
+    def _usable(self, conn: Connection) -> bool:
+        """Whether a pooled connection still works, checked only when in doubt.
+
+        In doubt: the server said something on an idle connection (a closed socket
+        or the FATAL a shutdown, crash or ``pg_terminate_backend`` sends reads as
+        readable), a fault was seen since its last check, or it sat idle long.
+        Otherwise handing it out costs nothing.
+        """
+        if conn.closed or conn.broken:
+            return False
+        now = time.monotonic()
+        checked_at: float = getattr(conn, "_jobwarden_checked_at", now)
+        checked_faults: int = getattr(conn, "_jobwarden_faults", self._faults)
+        try:
+            readable, _, _ = select.select([conn.fileno()], [], [], 0)
+        except (OSError, ValueError, psycopg.Error):
+            return False
+        if readable or checked_faults != self._faults or now - checked_at > IDLE_CHECK_SECONDS:
+            try:
+                conn.execute("")
+            except psycopg.Error as exc:
+                logger.info("discarding a pooled connection that failed its check: %s",
+                            _first_line(exc))
+                return False
+        conn._jobwarden_checked_at = now  # type: ignore[attr-defined]
+        conn._jobwarden_faults = self._faults  # type: ignore[attr-defined]
+        return True
+
+    @contextlib.contextmanager
+    def counting_faults(self) -> Iterator[None]:
+        """Count a connection-level failure of a statement run on a caller's connection."""
+        try:
+            yield
+        except psycopg.OperationalError:
+            self._faults += 1
+            raise
