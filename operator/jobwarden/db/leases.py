@@ -43,8 +43,8 @@ logger = logging.getLogger("jobwarden.leases")
 
 LEASES_TOPIC = "leases"
 
-__all__ = ["LEASES_TOPIC", "MAX_NAME_LENGTH", "LeasesTable", "ReleaseWatcher", "check_ttl",
-           "lease_name"]
+__all__ = ["LEASES_TOPIC", "MAX_NAME_LENGTH", "LeasesTable", "ReleaseWatcher"]
+
 
 def _record(row: Row) -> LeaseRecord:
     name, slot, owner, host, token, acquired_at, expires_at, expires_in = row[:8]
