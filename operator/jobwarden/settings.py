@@ -1,7 +1,14 @@
-"""Settings as grouped dataclasses, read from flags with environment fallbacks.
+"""Settings: the one path from flags and ``JOBWARDEN_*`` variables to typed values.
 
-Every default is documented here and in docs/configuration.md. Environment
-variables use the ``JOBWARDEN_`` prefix so a Kubernetes pod spec can set them.
+Every command reads its environment through the parsers here (``env_text``,
+``env_csv``, ``env_int``, ``env_number``, ``env_duration``), so a bad value is
+refused the same way everywhere: a :class:`~jobwarden.errors.ConfigurationError`
+naming the variable. :meth:`WorkerSettings.from_env` is how ``jobwarden worker``
+builds a worker's settings (a given flag wins, else its variable, else the
+default); the operator's :class:`~jobwarden.controller.config.OperatorConfig`,
+a tick's limits and a host's registry settings read theirs with the same
+parsers. Environment variables use the ``JOBWARDEN_`` prefix so a Kubernetes
+pod spec can set them; defaults are documented here and in docs/cli.md.
 """
 
 from __future__ import annotations
@@ -9,13 +16,72 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import socket
 from collections.abc import Mapping
-from typing import Literal
+from typing import Any, Literal
 
-from jobwarden import errors
+from jobwarden import errors, textrules
 
 Isolation = Literal["thread", "process"]
+
+#: Seconds per unit suffix of a duration.
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``90``, ``1.5``, ``90s``, ``15m``, ``1h``, ``2d`` or ``250ms``.
+
+    A bare number is seconds (what every flag took before units were accepted).
+    Flags (``cli/arguments.py``) and ``JOBWARDEN_*`` durations share this rule.
+    """
+    found = _DURATION.fullmatch(text)
+    if found is None:
+        raise ValueError(f"not a duration: {textrules.echo(text)} "
+                         "(use seconds, or 90s, 15m, 1h, 2d)")
+    value = float(found.group(1)) * _UNITS[found.group(2) or "s"]
+    if not math.isfinite(value):
+        raise ValueError(f"not a finite duration: {textrules.echo(text)}")
+    return value
+
+
+def _raw(name: str, env: Mapping[str, str] | None) -> str:
+    return (os.environ if env is None else env).get(name, "").strip()
+
+
+def env_text(name: str, default: str, *, env: Mapping[str, str] | None = None) -> str:
+    """A text setting: the variable's value, stripped, or ``default`` when unset or blank."""
+    return _raw(name, env) or default
+
+
+def env_csv(name: str, *, env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """A comma-separated list (queues, apps, namespaces); blanks dropped; () when unset."""
+    return tuple(part.strip() for part in _raw(name, env).split(",") if part.strip())
+
+
+def env_int(name: str, default: int | None, *, env: Mapping[str, str] | None = None,
+            what: str = "a whole number") -> int | None:
+    """A whole-number setting (any sign: the caller's type checks its range), or ``default``."""
+    raw = _raw(name, env)
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise errors.ConfigurationError(
+            f"{name} must be {what}, not {textrules.echo(raw)}") from None
+
+
+def env_duration(name: str, default: float, *, env: Mapping[str, str] | None = None) -> float:
+    """A duration setting with an optional unit (``90s``, ``15m``; see :func:`parse_duration`)."""
+    raw = _raw(name, env)
+    if not raw:
+        return default
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise errors.ConfigurationError(f"{name}: {exc}") from None
 
 
 def env_dsn() -> str | None:
@@ -67,8 +133,36 @@ def env_number(name: str, default: float, *, integer: bool = False,
     return value
 
 
+PREPARED_STATEMENTS_ENV = "JOBWARDEN_PREPARED_STATEMENTS"
+
+
+def env_prepare_threshold() -> int | None:
+    """Server-side prepared statements: off unless ``JOBWARDEN_PREPARED_STATEMENTS`` says.
+
+    Off by default because a transaction-mode pooler (PgBouncer before 1.21, or
+    1.21+ without ``max_prepared_statements``) hands each transaction to any
+    server connection, where psycopg's ``_pg3_N`` statement does not exist. ``on``
+    prepares a query after 5 runs (psycopg's default); a number sets that count
+    (0: prepare at once); ``off`` never prepares. The database layer reads it
+    when a ``Database`` is made without an explicit threshold.
+    """
+    raw = _raw(PREPARED_STATEMENTS_ENV, None).lower()
+    if raw in ("", "off", "false", "no", "none"):
+        return None
+    if raw in ("on", "true", "yes"):
+        return 5
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise errors.ConfigurationError(
+            f"{PREPARED_STATEMENTS_ENV}={raw!r}: use on, off or a number of runs (0 or more)")
+    return value
+
+
 def env_schema() -> str:
-    return os.environ.get("JOBWARDEN_SCHEMA", "jobwarden")
+    return env_text("JOBWARDEN_SCHEMA", "jobwarden")
 
 
 def default_host_name() -> str:
@@ -78,16 +172,6 @@ def default_host_name() -> str:
         or os.environ.get("POD_NAME")
         or socket.gethostname()
     )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class DatabaseSettings:
-    dsn: str
-    schema: str = "jobwarden"
-    #: psycopg prepares a query after this many runs; None (the default, safe
-    #: behind any transaction-mode pooler) never prepares. The Database reads
-    #: JOBWARDEN_PREPARED_STATEMENTS (on | off | N), see docs/operations.md.
-    prepare_threshold: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -144,6 +228,29 @@ class WorkerSettings:
         if self.isolation not in ("thread", "process"):
             raise errors.ConfigurationError("isolation must be 'thread' or 'process'")
 
+    @classmethod
+    def from_env(cls, *, env: Mapping[str, str] | None = None,
+                 **given: Any) -> WorkerSettings:
+        """A worker's settings: each ``given`` value that is not None, else its
+        ``JOBWARDEN_*`` variable, else the default (docs/cli.md, ``jobwarden worker``).
+        """
+        values: dict[str, Any] = {
+            "apps": env_csv("JOBWARDEN_APPS", env=env),
+            "queues": env_csv("JOBWARDEN_QUEUES", env=env),
+            "concurrency": env_int("JOBWARDEN_CONCURRENCY", 10, env=env),
+            "isolation": env_text("JOBWARDEN_ISOLATION", "thread", env=env),
+            "pool": env_text("JOBWARDEN_POOL", "default", env=env),
+            "http_port": env_int("JOBWARDEN_HTTP_PORT", None, env=env),
+            "failure_hook": _raw("JOBWARDEN_FAILURE_HOOK", env) or None,
+        }
+        for field, variable in _WORKER_DURATIONS.items():
+            values[field] = env_duration(variable, _WORKER_DEFAULTS[field], env=env)
+        for field, value in given.items():
+            if value is None:
+                continue
+            values[field] = value
+        return cls(**values)
+
     @property
     def max_prefetch(self) -> int:
         """The most jobs ever claimed ahead of free slots."""
@@ -154,3 +261,19 @@ class WorkerSettings:
 
 #: With automatic prefetch, keep about this much work claimed ahead.
 PREFETCH_WORK_SECONDS = 0.1
+
+
+#: The worker's durations and the variables they are read from.
+_WORKER_DURATIONS = {
+    "poll_interval": "JOBWARDEN_POLL_INTERVAL",
+    "heartbeat_interval": "JOBWARDEN_HEARTBEAT_INTERVAL",
+    "heartbeat_grace": "JOBWARDEN_HEARTBEAT_GRACE",
+    "reap_interval": "JOBWARDEN_REAP_INTERVAL",
+    "shutdown_grace": "JOBWARDEN_SHUTDOWN_GRACE",
+    "schedule_check_seconds": "JOBWARDEN_SCHEDULE_CHECK_SECONDS",
+    "gauge_interval": "JOBWARDEN_GAUGE_INTERVAL",
+}
+_WORKER_DEFAULTS: dict[str, float] = {
+    field.name: field.default for field in dataclasses.fields(WorkerSettings)
+    if field.name in _WORKER_DURATIONS and isinstance(field.default, float)
+}

@@ -8,29 +8,12 @@ database -- and the same rule holds for every flag that takes that kind of value
 from __future__ import annotations
 
 import argparse
-import math
-import re
 
-from jobwarden import textrules
+from jobwarden import settings, textrules
 
-#: Seconds per unit suffix of a duration.
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*")
 echo = textrules.echo
-
-
-def parse_duration(text: str) -> float:
-    """Seconds from ``90``, ``1.5``, ``90s``, ``15m``, ``1h``, ``2d`` or ``250ms``.
-
-    A bare number is seconds (what every flag took before units were accepted).
-    """
-    found = _DURATION.fullmatch(text)
-    if found is None:
-        raise ValueError(f"not a duration: {echo(text)} (use seconds, or 90s, 15m, 1h, 2d)")
-    value = float(found.group(1)) * _UNITS[found.group(2) or "s"]
-    if not math.isfinite(value):
-        raise ValueError(f"not a finite duration: {echo(text)}")
-    return value
+#: The one duration rule (flags and ``JOBWARDEN_*`` durations alike).
+parse_duration = settings.parse_duration
 
 
 def duration(text: str) -> float:

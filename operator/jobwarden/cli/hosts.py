@@ -182,20 +182,20 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_tick(args: argparse.Namespace) -> int:
-    import os
-
     from jobwarden.assembly import build_ticker
     from jobwarden.db.database import Database
 
+    # A tick reads only what selects its jobs from the worker's variables: it runs
+    # one job at a time, serves no HTTP and keeps the default timings.
     apps = tuple(m.strip() for group in args.app for m in group.split(",") if m.strip()) or \
-        tuple(m.strip() for m in os.environ.get("JOBWARDEN_APPS", "").split(",") if m.strip())
+        settings.env_csv("JOBWARDEN_APPS")
     common.import_apps(apps)
-    queues = tuple(q.strip() for q in (args.queues or os.environ.get("JOBWARDEN_QUEUES", ""))
-                   .split(",") if q.strip())
+    queues = tuple(q.strip() for q in args.queues.split(",") if q.strip()) if args.queues \
+        else settings.env_csv("JOBWARDEN_QUEUES")
     config = settings.WorkerSettings(
         apps=apps, queues=queues, concurrency=1, prefetch=0,
         host=args.host or settings.default_host_name(),
-        pool=args.pool or os.environ.get("JOBWARDEN_POOL", "default"),
+        pool=args.pool or settings.env_text("JOBWARDEN_POOL", "default"),
     )
     db = Database(common.dsn(args), schema=common.schema(args), min_size=1, max_size=4,
                   verify=True)

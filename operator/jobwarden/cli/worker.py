@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
-import os
 from typing import Any
 
 from jobwarden import errors, logfields, settings
@@ -16,31 +15,6 @@ logger = logging.getLogger("jobwarden.cli")
 
 def _csv(value: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in value.split(",") if part.strip())
-
-
-def _env(name: str, default: str) -> str:
-    return os.environ.get(name, "").strip() or default
-
-
-def _env_duration(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return arguments.parse_duration(raw)
-    except ValueError as exc:
-        raise errors.ConfigurationError(f"{name}: {exc}") from None
-
-
-def _env_int(name: str, default: int | None) -> int | None:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise errors.ConfigurationError(
-            f"{name} must be a whole number, not {arguments.echo(raw)}") from None
 
 
 def register(subparsers: Any) -> None:
@@ -100,34 +74,16 @@ def register(subparsers: Any) -> None:
 
 def worker_settings(args: argparse.Namespace) -> settings.WorkerSettings:
     """The flags, else their environment variables, else the defaults (docs/cli.md)."""
-    apps = tuple(m for group in args.app for m in group) or _csv(
-        os.environ.get("JOBWARDEN_APPS", ""))
-    queues = args.queues if args.queues is not None else _csv(
-        os.environ.get("JOBWARDEN_QUEUES", ""))
-
-    def seconds(flag: str, env: str, default: float) -> float:
-        given: float | None = getattr(args, flag)
-        return given if given is not None else _env_duration(env, default)
-
-    concurrency = args.concurrency or _env_int("JOBWARDEN_CONCURRENCY", 10)
-    assert concurrency is not None
-    return settings.WorkerSettings(
-        queues=queues, concurrency=concurrency, prefetch=args.prefetch,
-        isolation=args.isolation or _env("JOBWARDEN_ISOLATION", "thread"),  # type: ignore[arg-type]
-        host=args.host or settings.default_host_name(),
-        pool=args.pool or _env("JOBWARDEN_POOL", "default"), host_cap=args.host_cap,
-        http_port=args.http_port if args.http_port is not None else _env_int(
-            "JOBWARDEN_HTTP_PORT", None),
-        poll_interval=seconds("poll_interval", "JOBWARDEN_POLL_INTERVAL", 1.0),
-        heartbeat_interval=seconds("heartbeat_interval", "JOBWARDEN_HEARTBEAT_INTERVAL", 5.0),
-        heartbeat_grace=seconds("heartbeat_grace", "JOBWARDEN_HEARTBEAT_GRACE", 60.0),
-        reap_interval=seconds("reap_interval", "JOBWARDEN_REAP_INTERVAL", 10.0),
-        shutdown_grace=seconds("shutdown_grace", "JOBWARDEN_SHUTDOWN_GRACE", 30.0),
-        apps=apps, failure_hook=args.failure_hook or os.environ.get("JOBWARDEN_FAILURE_HOOK"),
+    return settings.WorkerSettings.from_env(
+        apps=tuple(m for group in args.app for m in group) or None, queues=args.queues,
+        concurrency=args.concurrency, prefetch=args.prefetch, isolation=args.isolation,
+        host=args.host, pool=args.pool, host_cap=args.host_cap, http_port=args.http_port,
+        poll_interval=args.poll_interval, heartbeat_interval=args.heartbeat_interval,
+        heartbeat_grace=args.heartbeat_grace, reap_interval=args.reap_interval,
+        shutdown_grace=args.shutdown_grace, failure_hook=args.failure_hook or None,
         result_max_bytes=args.result_max_bytes,
-        schedule_check_seconds=seconds("schedule_check_seconds",
-                                       "JOBWARDEN_SCHEDULE_CHECK_SECONDS", 15.0),
-        gauge_interval=seconds("gauge_interval", "JOBWARDEN_GAUGE_INTERVAL", 15.0),
+        schedule_check_seconds=args.schedule_check_seconds,
+        gauge_interval=args.gauge_interval,
     )
 
 

@@ -3,7 +3,8 @@
 The chart configures ``jobwarden operator`` only through environment variables
 (docs/kubernetes.md, "The operator's contract with the chart"); flags of the
 command override them for local runs. Everything else has a documented default
-here and in docs/operator.md. The DSN is not a field: it is read once, passed
+here and in docs/operator.md; every variable is read with the parsers of
+:mod:`jobwarden.settings`, as the worker's are. The DSN is not a field: it is read once, passed
 to the database layer, and never stored where it could be printed.
 """
 
@@ -15,15 +16,11 @@ import os
 import socket
 from collections.abc import Mapping
 
-from jobwarden import errors, settings
+from jobwarden import settings
 
 
 def _float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.05) -> float:
     return settings.env_number(name, default, minimum=minimum, env=env)
-
-
-def _csv(raw: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
 def peering_priority(pod_name: str) -> int:
@@ -80,29 +77,23 @@ class OperatorConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> OperatorConfig:
         env = os.environ if env is None else env
-        port_raw = env.get("JOBWARDEN_HTTP_PORT", "8080").strip()
-        try:
-            port = int(port_raw) if port_raw else None
-        except ValueError as exc:
-            raise errors.ConfigurationError(
-                f"JOBWARDEN_HTTP_PORT must be a port number, not {port_raw!r}") from exc
-        pod = env.get("JOBWARDEN_POD_NAME", "").strip() or socket.gethostname()
-        priority_raw = env.get("JOBWARDEN_PEERING_PRIORITY", "").strip()
-        try:
-            priority = int(priority_raw) if priority_raw else peering_priority(pod)
-        except ValueError as exc:
-            raise errors.ConfigurationError(
-                f"JOBWARDEN_PEERING_PRIORITY must be an integer, not {priority_raw!r}") from exc
+        # Set but blank: no HTTP server (unset: the default port).
+        port = settings.env_int("JOBWARDEN_HTTP_PORT",
+                                None if "JOBWARDEN_HTTP_PORT" in env else 8080,
+                                env=env, what="a port number")
+        pod = settings.env_text("JOBWARDEN_POD_NAME", "", env=env) or socket.gethostname()
+        priority = settings.env_int("JOBWARDEN_PEERING_PRIORITY", None, env=env,
+                                    what="an integer")
         server_timeout = _float(env, "JOBWARDEN_WATCH_SERVER_TIMEOUT", 300.0, minimum=1.0)
         return cls(
-            schema=env.get("JOBWARDEN_SCHEMA", "").strip() or "jobwarden",
-            namespaces=_csv(env.get("JOBWARDEN_NAMESPACES", "")),
+            schema=settings.env_text("JOBWARDEN_SCHEMA", "jobwarden", env=env),
+            namespaces=settings.env_csv("JOBWARDEN_NAMESPACES", env=env),
             http_port=port,
-            peering=env.get("JOBWARDEN_PEERING", "").strip(),
-            priority=priority,
+            peering=settings.env_text("JOBWARDEN_PEERING", "", env=env),
+            priority=peering_priority(pod) if priority is None else priority,
             pod_name=pod,
-            pod_namespace=env.get("JOBWARDEN_POD_NAMESPACE", "").strip(),
-            cluster=env.get("JOBWARDEN_CLUSTER", "").strip() or "default",
+            pod_namespace=settings.env_text("JOBWARDEN_POD_NAMESPACE", "", env=env),
+            cluster=settings.env_text("JOBWARDEN_CLUSTER", "default", env=env),
             status_interval=_float(env, "JOBWARDEN_STATUS_INTERVAL", 5.0),
             schedule_interval=_float(env, "JOBWARDEN_SCHEDULE_CHECK_SECONDS", 5.0),
             reap_interval=_float(env, "JOBWARDEN_REAP_INTERVAL", 10.0),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import select
 import time
 from collections.abc import Iterator
@@ -31,6 +30,8 @@ from jobwarden import errors
 from jobwarden.db.basics import Connection
 from jobwarden.db.faults import first_line as _first_line
 from jobwarden.db.faults import translate_errors
+from jobwarden.settings import PREPARED_STATEMENTS_ENV as PREPARED_STATEMENTS_ENV
+from jobwarden.settings import env_prepare_threshold as env_prepare_threshold
 
 logger = logging.getLogger(__name__)
 
@@ -45,33 +46,6 @@ IDLE_CHECK_SECONDS = 30.0
 #: Connecting to a host that does not answer (failover, a moved address) gives up
 #: after this long unless the DSN sets ``connect_timeout``.
 CONNECT_TIMEOUT_SECONDS = 5
-
-
-PREPARED_STATEMENTS_ENV = "JOBWARDEN_PREPARED_STATEMENTS"
-
-
-def env_prepare_threshold() -> int | None:
-    """Server-side prepared statements: off unless ``JOBWARDEN_PREPARED_STATEMENTS`` says.
-
-    Off by default because a transaction-mode pooler (PgBouncer before 1.21, or
-    1.21+ without ``max_prepared_statements``) hands each transaction to any
-    server connection, where psycopg's ``_pg3_N`` statement does not exist. ``on``
-    prepares a query after 5 runs (psycopg's default); a number sets that count
-    (0: prepare at once); ``off`` never prepares.
-    """
-    raw = os.environ.get(PREPARED_STATEMENTS_ENV, "").strip().lower()
-    if raw in ("", "off", "false", "no", "none"):
-        return None
-    if raw in ("on", "true", "yes"):
-        return 5
-    try:
-        value = int(raw)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise errors.ConfigurationError(
-            f"{PREPARED_STATEMENTS_ENV}={raw!r}: use on, off or a number of runs (0 or more)")
-    return value
 
 
 class _QuietReconnects(logging.Filter):
