@@ -70,7 +70,21 @@ reset), and its size (``kind``: ``table`` or ``indexes``).
 
 The operator also exports ``jobwarden_operator_reconciles_total{kind, result}``,
 ``jobwarden_operator_errors_total{kind}``, ``jobwarden_rollout_duration_seconds{pool}``
-and ``jobwarden_rollout_reaped_jobs_total{pool}``.
+and ``jobwarden_rollout_reaped_jobs_total{pool}``, and for runs in pods of their own
+(``spec.podTemplate``; ``kind`` is JobSchedule or ExclusiveJob, ``resource``
+``<namespace>/<name>``, one series per resource as a schedule has):
+
+================================================  =========  ==============================
+jobwarden_pod_runs_total                          counter    kind, resource
+jobwarden_pod_run_failures_total                  counter    kind, cause
+jobwarden_pod_run_start_seconds                   histogram  kind
+================================================  =========  ==============================
+
+``cause`` (jobwarden.structs.podruns): ``image_pull``, ``unschedulable``,
+``start_deadline`` (never started by the start deadline), ``oom_killed``,
+``evicted``, ``node_lost``, ``killed`` (ended without an outcome), ``deleted``,
+``replaced``, ``error`` (the pod could not be created). Start latency runs from
+the operator's claim to the container running, as the kubelet reports it.
 
 ``reason`` values (:mod:`jobwarden.structs.policies`): ``error``, ``timeout``,
 ``unknown_job``, ``bad_data``, ``lease_busy`` (failed/retried: a job with
@@ -103,6 +117,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from jobwarden.structs import policies
+from jobwarden.structs.podruns import POD_FAILURE_CAUSES
 
 #: The registry every Jobwarden metric lives in. Separate from the default
 #: registry so an application embedding the worker keeps its own metrics apart,
@@ -272,6 +287,22 @@ ROLLOUT_REAPED = Counter(
     ("pool",), registry=REGISTRY,
 )
 
+POD_RUNS = Counter(
+    "jobwarden_pod_runs", "Pods created for runs in pods of their own, by resource.",
+    ("kind", "resource"), registry=REGISTRY,
+)
+POD_RUN_FAILURES = Counter(
+    "jobwarden_pod_run_failures",
+    "Pod runs that ended without the job recording its outcome, by cause.",
+    ("kind", "cause"), registry=REGISTRY,
+)
+POD_RUN_START = Histogram(
+    "jobwarden_pod_run_start_seconds",
+    "From the operator's claim of a pod run to its container running.", ("kind",),
+    buckets=(1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800),
+    registry=REGISTRY,
+)
+
 
 # -- label sets exported at 0 before their first event ------------------------------
 
@@ -343,6 +374,16 @@ def prime_pool(name: str) -> None:
     """Export one WorkerPool's rollout counter at 0 (once per process)."""
     if _first(("pool", name)):
         ROLLOUT_REAPED.labels(name)
+
+
+def prime_pod_runs(kind: str, resource: str | None = None) -> None:
+    """Export a kind's pod-run failure causes (and one resource's run count) at 0."""
+    if _first(("pod-runs", kind)):
+        for cause in POD_FAILURE_CAUSES:
+            POD_RUN_FAILURES.labels(kind, cause)
+        POD_RUN_START.labels(kind)
+    if resource is not None and _first(("pod-run", kind, resource)):
+        POD_RUNS.labels(kind, resource)
 
 
 SCHEDULE_SLOT_COUNTERS = (SCHEDULE_SLOTS_ENQUEUED, SCHEDULE_SLOTS_MISSED, SCHEDULE_SLOTS_SKIPPED)

@@ -174,8 +174,10 @@ OPERATOR_RULES = {
     ("jobwarden.io", "workerpools/status"): {"get", "patch", "update"},
     ("jobwarden.io", "jobschedules/status"): {"get", "patch", "update"},
     ("jobwarden.io", "exclusivejobs/status"): {"get", "patch", "update"},
-    # blockOwnerDeletion on worker pods (OwnerReferencesPermissionEnforcement, OpenShift)
+    # blockOwnerDeletion on worker and run pods (OwnerReferencesPermissionEnforcement, OpenShift)
     ("jobwarden.io", "workerpools/finalizers"): {"update"},
+    ("jobwarden.io", "jobschedules/finalizers"): {"update"},
+    ("jobwarden.io", "exclusivejobs/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "delete", "patch"},
     ("", "events"): {"create", "patch"},
     # a WorkerPool's optional PodDisruptionBudget (spec.podDisruptionBudget)

@@ -108,6 +108,7 @@ def test_alert_rules_cover_the_runbook() -> None:
         "JobwardenQueueWaitHigh",
         "JobwardenAutovacuumOff",
         "JobwardenDeadTuplesPilingUp",
+        "JobwardenPodRunsNotStarting",
     ]
 
 

@@ -129,7 +129,7 @@ label when metrics.serviceMonitor.jobLabel is set, else the Service's name.
   resources: [workerpools/status, jobschedules/status, exclusivejobs/status]
   verbs: [get, patch, update]
 - apiGroups: [jobwarden.io]
-  resources: [workerpools/finalizers]
+  resources: [workerpools/finalizers, jobschedules/finalizers, exclusivejobs/finalizers]
   verbs: [update]
 - apiGroups: [""]
   resources: [pods]

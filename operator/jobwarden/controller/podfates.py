@@ -21,15 +21,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-#: The causes ``fail_pod_run`` records (the contract with jobwarden.podruns).
-PodFailureCause = Literal["image_pull", "unschedulable", "start_deadline", "oom_killed",
-                          "evicted", "node_lost", "killed", "deleted", "replaced", "error"]
-#: Every cause, for zero-initialised metrics and docs.
-CAUSES: tuple[PodFailureCause, ...] = ("image_pull", "unschedulable", "start_deadline",
-                                       "oom_killed", "evicted", "node_lost", "killed",
-                                       "deleted", "replaced", "error")
+from jobwarden.structs.podruns import POD_FAILURE_CAUSES, PodFailureCause
+
+#: Every cause ``fail_pod_run`` records, for zero-initialised metrics and docs.
+CAUSES: tuple[str, ...] = POD_FAILURE_CAUSES
 #: The Event reason posted for each cause (CamelCase, as Kubernetes reasons are).
 EVENT_REASONS: dict[str, str] = {
     "image_pull": "PodImagePullFailed", "unschedulable": "PodUnschedulable",
