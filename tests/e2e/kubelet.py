@@ -1,4 +1,4 @@
-"""A process kubelet: every Pod in the emulated API becomes a real local process.
+"""A process kubelet: every Pod becomes a real local process.
 
 The emulated API keeps pods ``Pending`` forever (there is no node). This
 kubelet gives the worker pods the operator creates a life, close enough to a
@@ -29,11 +29,50 @@ kubelet instead: it registers its Node, binds the unscheduled pods to itself
 materialises ConfigMap, emptyDir and projected ServiceAccount volumes (the
 token comes from the TokenRequest API, bound to the pod, and a kubeconfig
 built from it is the process's ``KUBECONFIG``: the pod talks to the API server
-with exactly its ServiceAccount's RBAC), follows the container's
-readiness/liveness probes (``httpGet``; a failed liveness restarts the
-process), reports status the way a kubelet does (conditions, container
-statuses, restart counts) and finishes a graceful deletion itself (delete
-with grace period 0 once the process is gone) rather than through a finalizer.
+with exactly its ServiceAccount's RBAC), sets ``KUBERNETES_SERVICE_HOST``/
+``KUBERNETES_SERVICE_PORT`` (and the ``KUBERNETES_PORT*`` family) to the API
+server as every kubelet does, runs the process as the pod's
+``runAsUser``/``runAsGroup``/``fsGroup`` (tests/e2e/podruntime.py), follows the
+container's startup/readiness/liveness probes (``httpGet``, ``tcpSocket``,
+``exec``; a failed liveness or startup probe restarts the process), restarts
+exited containers per ``restartPolicy`` with a back-off, reports status the
+way a kubelet does (conditions, container statuses, restart counts) and
+finishes a graceful deletion itself (delete with grace period 0 once the
+process is gone) rather than through a finalizer.
+
+What a node reports when a container ends or cannot start (node mode), so that
+pod-per-run tests can provoke every failure cause:
+
+===============================================  =============================================
+situation                                        pod status (and Event)
+===============================================  =============================================
+process exits 0 / non-zero                       container ``terminated``: ``exitCode``,
+                                                 ``reason`` ``Completed``/``Error``,
+                                                 ``startedAt``, ``finishedAt``, ``containerID``;
+                                                 a signal N is exit 128+N. ``restartPolicy:
+                                                 Never`` (or ``OnFailure`` and exit 0): phase
+                                                 ``Succeeded``/``Failed``; else the container
+                                                 restarts (``CrashLoopBackOff`` while waiting,
+                                                 the exit in ``lastState.terminated``)
+``resources.limits.memory`` exceeded (RSS of     SIGKILL; ``terminated`` with ``reason:
+the process tree, sampled every pass)            OOMKilled``, ``exitCode: 137``
+image whose registry host ends in ``.invalid``   phase ``Pending``, ``waiting`` reason
+(or listed in ``Images(failures=...)``)          ``ErrImagePull``, then ``ImagePullBackOff``
+                                                 while backing off; Event ``Failed``
+env from a missing Secret/ConfigMap or key;      ``Pending``, ``waiting``
+``runAsNonRoot`` with uid 0                      ``CreateContainerConfigError`` with the
+                                                 kubelet's message; Event ``Failed``
+a volume's Secret/ConfigMap missing              ``Pending``, ``waiting`` ``ContainerCreating``;
+                                                 Event ``FailedMount``; retried
+command not found / not executable               ``terminated`` ``StartError``, exit 128, then
+                                                 as any exit (``Never``: phase ``Failed``)
+``activeDeadlineSeconds`` passed                 the process is stopped (grace period), phase
+                                                 ``Failed``, ``reason: DeadlineExceeded``
+===============================================  =============================================
+
+Retries of a pod that cannot start back off 1 s, doubling, capped at 10 s (a
+kubelet caps at 5 min). Memory is sampled, not enforced at allocation: a
+process may overshoot its limit for up to one pass before it is killed.
 
 Each deletion is recorded (:class:`Deletion`), with whatever ``observe(pod
 name)`` returned at the moment the kubelet saw it: the tests use that to prove a
@@ -53,11 +92,12 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from tests.e2e import podruntime as rt
 
 logger = logging.getLogger("tests.e2e.kubelet")
 
@@ -75,13 +115,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class NotYet(RuntimeError):
-    """A pod cannot start yet (a Secret or ConfigMap it mounts is missing): retried, as a
-    kubelet retries a mount, until ``MOUNT_PATIENCE`` seconds have passed."""
+#: Back-off of a pod that cannot start (and of container restarts): first, cap (seconds).
+BACKOFF = (1.0, 10.0)
 
 
-#: How long a pod may wait for the Secrets/ConfigMaps it mounts before the kubelet fails.
-MOUNT_PATIENCE = 60.0
+class Missing(LookupError):
+    """A Secret, ConfigMap or key a pod refers to does not exist (the kubelet's message)."""
+
+
+@dataclasses.dataclass
+class Waiting:
+    """A pod the kubelet could not start yet: when to try again, and what it reported."""
+
+    first: float
+    next_try: float
+    attempts: int = 0
+    restarts: int = 0
+    last_terminated: dict[str, Any] | None = None
+    given_up: bool = False
 
 
 def now_rfc3339() -> str:
@@ -120,6 +171,20 @@ class PodProcess:
     last_exit: int | None = None
     start_time: str = ""
     container_started: str = ""
+    startup: dict[str, Any] | None = None
+    started: bool = True
+    last_startup: float = 0.0
+    startup_failures: int = 0
+    prefix: list[str] = dataclasses.field(default_factory=list)
+    memory_limit: int | None = None
+    oom: bool = False
+    #: The container's last termination (``lastState.terminated`` after a restart).
+    last_terminated: dict[str, Any] | None = None
+    #: ``terminated`` of the current container once it has ended for good.
+    terminated: dict[str, Any] | None = None
+    deadline: float | None = None
+    reason: str | None = None
+    message: str | None = None
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")
@@ -144,7 +209,7 @@ class ProcessKubelet:
                  extra_env: dict[str, str] | None = None,
                  observe: Callable[[str], Any] | None = None, interval: float = 0.15,
                  node: str | None = None, server: str | None = None,
-                 ca_file: Path | None = None) -> None:
+                 ca_file: Path | None = None, images: rt.Images | None = None) -> None:
         self.api = api
         self.workdir = workdir
         #: None: every namespace (node mode).
@@ -155,13 +220,14 @@ class ProcessKubelet:
         self.node = node
         self.server = server
         self.ca_file = ca_file
+        self.images = images or rt.Images()
         self.pods: dict[str, PodProcess] = {}
         self.deletions: list[Deletion] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._waiting: dict[str, float] = {}
+        self._waiting: dict[str, Waiting] = {}
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -293,29 +359,108 @@ class ProcessKubelet:
 
     def _try_start(self, pod: dict[str, Any]) -> None:
         name = pod["metadata"]["name"]
-        first = self._waiting.setdefault(name, time.monotonic())
+        now = time.monotonic()
+        entry = self._waiting.setdefault(name, Waiting(first=now, next_try=now))
+        if entry.given_up or now < entry.next_try:
+            return
         try:
-            self._start(pod)
-        except NotYet:
-            if time.monotonic() - first > MOUNT_PATIENCE:
-                raise
+            self._start(pod, entry)
+        except rt.StartFailure as failure:
+            entry.attempts += 1
+            entry.next_try = now + min(BACKOFF[1], BACKOFF[0] * 2 ** (entry.attempts - 1))
+            self._cannot_start(pod, entry, failure)
             return
         self._waiting.pop(name, None)
 
-    def _start(self, pod: dict[str, Any]) -> None:
+    def _cannot_start(self, pod: dict[str, Any], entry: Waiting,
+                      failure: rt.StartFailure) -> None:
+        """Report a container that could not start, as a kubelet does (see the docstring)."""
+        meta, spec = pod["metadata"], pod["spec"]
+        containers = spec.get("containers") or []
+        container = next((c for c in containers if c.get("name") == "worker"), containers[0])
+        phase = "Pending"
+        reason = failure.reason
+        message = failure.message
+        if isinstance(failure, rt.PullFailure) and entry.attempts > 1:
+            reason = "ImagePullBackOff"
+            message = f'Back-off pulling image "{container.get("image")}": {failure.message}'
+        state: dict[str, Any] = {"waiting": {"reason": reason, "message": message}}
+        last: dict[str, Any] | None = entry.last_terminated
+        if isinstance(failure, rt.StartError):
+            stamp = now_rfc3339()
+            terminated = {"exitCode": rt.START_ERROR_EXIT, "reason": "StartError",
+                          "message": failure.message, "startedAt": stamp,
+                          "finishedAt": stamp}
+            policy = spec.get("restartPolicy", "Always") if self.node else "Never"
+            if policy == "Never":
+                entry.given_up = True
+                phase, state = "Failed", {"terminated": terminated}
+            else:
+                entry.restarts += 1
+                entry.last_terminated = last = terminated
+                state = {"waiting": {"reason": "CrashLoopBackOff", "message":
+                                     f"back-off restarting failed container "
+                                     f"{container.get('name')} in pod {meta['name']}"}}
+        status = {"containerStatuses": [{
+            "name": container.get("name", "worker"), "ready": False,
+            "restartCount": entry.restarts, "state": state,
+            "image": container.get("image") or "process", "imageID": "", "started": False,
+            **({"lastState": {"terminated": last}} if last else {})}]}
+        self._write_status(meta["name"], meta.get("namespace") or self.namespace or "default",
+                           phase=phase, ready=False, status=status)
+        self._event(pod, failure.event, failure.message)
+
+    def _event(self, pod: dict[str, Any], reason: str, message: str,
+               kind: str = "Warning") -> None:
+        """A core/v1 Event about the pod, from the kubelet (node mode only)."""
+        if self.node is None:
+            return
+        meta = pod["metadata"]
+        namespace = meta.get("namespace") or "default"
+        stamp = now_rfc3339()
+        try:
+            self.api.create({
+                "apiVersion": "v1", "kind": "Event",
+                "metadata": {"generateName": f"{meta['name']}.", "namespace": namespace},
+                "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                                   "namespace": namespace, "uid": meta.get("uid", "")},
+                "reason": reason, "message": message, "type": kind,
+                "source": {"component": "kubelet", "host": self.node},
+                "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1}, namespace)
+        except Exception as exc:  # events are best effort, as on a node
+            logger.debug("event for pod %s not written: %s", meta["name"], exc)
+
+    def _service_env(self) -> dict[str, str]:
+        """The ``kubernetes`` Service's variables every kubelet gives every container."""
+        if self.server is None:
+            return {}
+        url = urlsplit(self.server)
+        host, port = url.hostname or "127.0.0.1", str(url.port or 443)
+        return {"KUBERNETES_SERVICE_HOST": host, "KUBERNETES_SERVICE_PORT": port,
+                "KUBERNETES_SERVICE_PORT_HTTPS": port,
+                "KUBERNETES_PORT": f"tcp://{host}:{port}",
+                f"KUBERNETES_PORT_{port}_TCP": f"tcp://{host}:{port}",
+                f"KUBERNETES_PORT_{port}_TCP_PROTO": "tcp",
+                f"KUBERNETES_PORT_{port}_TCP_PORT": port,
+                f"KUBERNETES_PORT_{port}_TCP_ADDR": host}
+
+    def _start(self, pod: dict[str, Any], entry: Waiting) -> None:
         meta = pod["metadata"]
         name = meta["name"]
         namespace = meta.get("namespace") or self.namespace or "default"
+        spec = pod["spec"]
+        containers = spec.get("containers") or []
+        container = next((c for c in containers if c.get("name") == "worker"), containers[0])
+        image = self.images.pull(str(container.get("image") or ""))
+        who = (rt.identity(spec, container, image, pod_name=name) if self.node is not None
+               else rt.Identity(None, None))
         if self.node is None:
             finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
             self.api.patch("pods", name, {"metadata": {"finalizers": [*finalizers, FINALIZER]}},
                            namespace)
-        spec = pod["spec"]
-        containers = spec.get("containers") or []
-        container = next((c for c in containers if c.get("name") == "worker"), containers[0])
         podroot = self.workdir / name
         podroot.mkdir(parents=True, exist_ok=True)
-        mounts = self._mount_volumes(pod, container, podroot)
+        mounts = self._mount_volumes(pod, container, podroot, who)
         env = self._resolve_env(pod, container)
         for key, value in list(env.items()):
             for mount_path, local in mounts.items():
@@ -334,15 +479,30 @@ class ProcessKubelet:
                         ports[declared["name"]] = port
             ports[env["JOBWARDEN_HTTP_PORT"]] = port
             env["JOBWARDEN_HTTP_PORT"] = str(port)
+        for declared in container.get("ports") or []:
+            number = int(declared["containerPort"])
+            ports.setdefault(str(number), number)
+            if declared.get("name"):
+                ports.setdefault(declared["name"], ports[str(number)])
         command = [*(container.get("command") or ["jobwarden"]), *(container.get("args") or [])]
         if command[0] == "jobwarden":
             command = [sys.executable, "-m", "jobwarden", *command[1:]]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED)}
+        full_env.update(self._service_env())
+        if who.uid is not None:
+            # The image's HOME (the Dockerfile's /home/jobwarden), the container user's own.
+            home = podroot / "home"
+            home.mkdir(exist_ok=True)
+            rt.own(home, who, mode=0o700)
+            full_env["HOME"] = str(home)
         full_env.update(env)
         full_env.update({"PYTHONPATH": str(REPO), **self.extra_env})
+        command = rt.resolve_command(command, full_env)
+        prefix = rt.launcher(who)
         log = self.workdir / f"{name}.log"
-        proc = self._spawn(command, full_env, log)
+        proc = self._spawn([*prefix, *command], full_env, log)
         grace = float(spec.get("terminationGracePeriodSeconds", 30))
+        deadline = spec.get("activeDeadlineSeconds")
         record = PodProcess(
             name=name, proc=proc, port=port, log=log, env=env, started_at=time.monotonic(),
             grace=grace, namespace=namespace, uid=meta.get("uid", ""),
@@ -350,8 +510,13 @@ class ProcessKubelet:
             command=command, full_env=full_env, ports=ports,
             readiness=container.get("readinessProbe") if self.node else None,
             liveness=container.get("livenessProbe") if self.node else None,
+            startup=container.get("startupProbe") if self.node else None,
+            started=not (self.node and container.get("startupProbe")),
             restart_policy=spec.get("restartPolicy", "Always") if self.node else "Never",
-            start_time=now_rfc3339(), container_started=now_rfc3339())
+            restarts=entry.restarts, last_terminated=entry.last_terminated,
+            start_time=now_rfc3339(), container_started=now_rfc3339(), prefix=prefix,
+            memory_limit=rt.memory_limit(container) if self.node else None,
+            deadline=(time.monotonic() + float(deadline)) if deadline is not None else None)
         with self._lock:
             self.pods[name] = record
         self._set_status(record)
@@ -380,7 +545,7 @@ class ProcessKubelet:
         return path
 
     def _mount_volumes(self, pod: dict[str, Any], container: dict[str, Any],
-                       podroot: Path) -> dict[str, Path]:
+                       podroot: Path, who: rt.Identity) -> dict[str, Path]:
         spec = pod["spec"]
         namespace = pod["metadata"].get("namespace") or self.namespace or "default"
         volumes = {v["name"]: v for v in spec.get("volumes") or []}
@@ -391,17 +556,25 @@ class ProcessKubelet:
                 continue
             local = podroot / "volumes" / mount["name"]
             local.mkdir(parents=True, exist_ok=True)
-            if "secret" in volume:
-                self._write_items(local, self._secret_data(volume["secret"]["secretName"],
-                                                           namespace),
-                                  volume["secret"].get("items"))
-            elif "configMap" in volume:
-                self._write_items(local, self._config_data(volume["configMap"]["name"],
-                                                           namespace),
-                                  volume["configMap"].get("items"))
-            elif "projected" in volume:
-                for source in volume["projected"].get("sources") or []:
-                    self._project(pod, source, local)
+            try:
+                if "secret" in volume:
+                    self._write_items(local, self._secret_data(volume["secret"]["secretName"],
+                                                               namespace),
+                                      volume["secret"].get("items"))
+                elif "configMap" in volume:
+                    self._write_items(local, self._config_data(volume["configMap"]["name"],
+                                                               namespace),
+                                      volume["configMap"].get("items"))
+                elif "projected" in volume:
+                    for source in volume["projected"].get("sources") or []:
+                        self._project(pod, source, local)
+            except Missing as missing:
+                raise rt.MountFailure(f'MountVolume.SetUp failed for volume "{mount["name"]}" '
+                                      f": {missing}") from None
+            # Files root:fsGroup 0644, directories the container user's (emptyDir: 0777).
+            for path in (local, *local.rglob("*")):
+                rt.own(path, who, mode=0o777 if "emptyDir" in volume and path == local
+                       else None)
             mounts[mount["mountPath"]] = local
         return mounts
 
@@ -416,7 +589,7 @@ class ProcessKubelet:
     def _secret_data(self, name: str, namespace: str) -> dict[str, bytes]:
         secret = self.api.get("secrets", name, namespace)
         if secret is None:
-            raise NotYet(f"secret {namespace}/{name} not found")
+            raise Missing(f'secret "{name}" not found')
         data = {k: base64.b64decode(v) for k, v in (secret.get("data") or {}).items()}
         data.update({k: v.encode() for k, v in (secret.get("stringData") or {}).items()})
         return data
@@ -424,7 +597,7 @@ class ProcessKubelet:
     def _config_data(self, name: str, namespace: str) -> dict[str, bytes]:
         config = self.api.get("configmaps", name, namespace)
         if config is None:
-            raise NotYet(f"configmap {namespace}/{name} not found")
+            raise Missing(f'configmap "{name}" not found')
         return {k: str(v).encode() for k, v in (config.get("data") or {}).items()}
 
     def _project(self, pod: dict[str, Any], source: dict[str, Any], local: Path) -> None:
@@ -456,12 +629,13 @@ class ProcessKubelet:
 
     def _field(self, pod: dict[str, Any], path: str) -> str:
         meta = pod["metadata"]
-        return {"metadata.name": meta["name"],
-                "metadata.namespace": meta.get("namespace") or self.namespace or "default",
-                "metadata.uid": meta.get("uid", ""),
-                "spec.nodeName": self.node or "",
-                "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
-                "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1"}.get(path, "")
+        fields = {"metadata.name": meta["name"],
+                  "metadata.namespace": meta.get("namespace") or self.namespace or "default",
+                  "metadata.uid": meta.get("uid", ""),
+                  "spec.nodeName": self.node or "",
+                  "spec.serviceAccountName": pod["spec"].get("serviceAccountName", ""),
+                  "status.podIP": "127.0.0.1", "status.hostIP": "127.0.0.1"}
+        return str(fields.get(path, ""))
 
     def _resolve_env(self, pod: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
         namespace = pod["metadata"].get("namespace") or self.namespace or "default"
@@ -473,33 +647,44 @@ class ProcessKubelet:
             source = entry.get("valueFrom") or {}
             if "fieldRef" in source:
                 env[entry["name"]] = self._field(pod, source["fieldRef"]["fieldPath"])
-            elif "secretKeyRef" in source:
-                ref = source["secretKeyRef"]
-                env[entry["name"]] = self._secret_data(ref["name"], namespace)[ref["key"]].decode()
-            elif "configMapKeyRef" in source:
-                ref = source["configMapKeyRef"]
-                env[entry["name"]] = self._config_data(ref["name"], namespace)[ref["key"]].decode()
+            elif "secretKeyRef" in source or "configMapKeyRef" in source:
+                secret = "secretKeyRef" in source
+                ref = source["secretKeyRef" if secret else "configMapKeyRef"]
+                try:
+                    data = (self._secret_data if secret else self._config_data)(ref["name"],
+                                                                               namespace)
+                    if ref["key"] not in data:
+                        raise Missing(f"couldn't find key {ref['key']} in "
+                                      f"{'Secret' if secret else 'ConfigMap'} "
+                                      f"{namespace}/{ref['name']}")
+                except Missing as missing:
+                    if ref.get("optional"):
+                        continue
+                    raise rt.ConfigFailure(str(missing)) from None
+                env[entry["name"]] = data[ref["key"]].decode()
         return env
 
     # -- status ----------------------------------------------------------------------------
 
-    def _http_probe(self, pod: PodProcess, probe: dict[str, Any] | None, default: str) -> bool:
+    def _probe(self, pod: PodProcess, probe: dict[str, Any] | None, default: str) -> bool:
+        """One attempt of a container probe; in emulator mode (no probes given) ``default``
+        is GET on the worker's port, and a pod without a port counts as passing."""
         if pod.proc.poll() is not None:
             return False
-        get = (probe or {}).get("httpGet")
-        if probe is not None and get is None:
-            return True  # exec/tcp probes are not run: a live process counts
-        path = get.get("path", "/") if get else default
-        port = pod.ports.get(str(get.get("port"))) if get else pod.port
-        if port is None:
-            return pod.port is None
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}",
-                                        timeout=float((probe or {}).get("timeoutSeconds", 1))
-                                        ) as response:
-                return bool(200 <= response.status < 400)
-        except (OSError, urllib.error.URLError):
-            return False
+        if probe is None:
+            if pod.port is None:
+                return True
+            probe = {"httpGet": {"path": default, "port": str(pod.port)}}
+            ports = {str(pod.port): pod.port}
+        else:
+            ports = pod.ports
+        return rt.probe(probe, ports=ports, env=pod.full_env, prefix=pod.prefix, cwd=REPO)
+
+    @staticmethod
+    def _due(pod: PodProcess, probe: dict[str, Any], last: float, now: float) -> bool:
+        delay = float(probe.get("initialDelaySeconds", 0))
+        period = float(probe.get("periodSeconds", 10))
+        return now - pod.started_at >= delay and now - last >= period
 
     def _observe(self, pod: PodProcess) -> None:
         if pod.phase != "Running" or pod.term_at is not None:
@@ -509,40 +694,86 @@ class ProcessKubelet:
             if now < pod.restart_at:
                 return
             pod.restart_at = None
-            pod.proc = self._spawn(pod.command, pod.full_env, pod.log)
+            pod.proc = self._spawn([*pod.prefix, *pod.command], pod.full_env, pod.log)
             pod.started_at, pod.container_started = now, now_rfc3339()
-            pod.liveness_failures = 0
+            pod.liveness_failures = pod.startup_failures = 0
+            pod.started = pod.startup is None
+            pod.oom = False
             self._set_status(pod)
             return
         code = pod.proc.poll()
         if code is not None:
-            pod.ready, pod.last_exit = False, code
-            if pod.restart_policy == "Always" or (pod.restart_policy == "OnFailure" and code):
-                # Back off like a kubelet (10 s doubling, capped here at 10 s for tests).
-                pod.restarts += 1
-                pod.restart_at = now + min(10.0, 1.0 * pod.restarts)
-                self._set_status(pod, waiting="CrashLoopBackOff" if code else "Completed")
-                return
-            pod.phase = "Succeeded" if code == 0 else "Failed"
-            self._set_status(pod, exit_code=code)
+            self._exited(pod, code, now)
             return
-        if pod.liveness is not None:
-            delay = float(pod.liveness.get("initialDelaySeconds", 0))
-            period = float(pod.liveness.get("periodSeconds", 10))
-            if now - pod.started_at >= delay and now - pod.last_liveness >= period:
-                pod.last_liveness = now
-                if self._http_probe(pod, pod.liveness, "/healthz"):
-                    pod.liveness_failures = 0
+        if pod.deadline is not None and now >= pod.deadline and pod.reason is None:
+            # What a kubelet does past activeDeadlineSeconds: the pod fails, its
+            # containers are stopped with their grace period.
+            pod.reason = "DeadlineExceeded"
+            pod.message = "Pod was active on the node longer than the specified deadline"
+            pod.deadline = now + pod.grace  # from now on: when SIGKILL follows
+            with contextlib.suppress(ProcessLookupError):
+                pod.proc.send_signal(signal.SIGTERM)
+            return
+        if pod.reason == "DeadlineExceeded":
+            if pod.deadline is not None and now >= pod.deadline:
+                pod.proc.kill()
+                pod.killed = True
+            return
+        if pod.memory_limit is not None and rt.rss(pod.proc.pid) > pod.memory_limit:
+            logger.warning("pod %s exceeded its memory limit: OOM-killing it", pod.name)
+            pod.oom = True
+            pod.proc.kill()
+            self._exited(pod, pod.proc.wait(timeout=10), now)
+            return
+        if not pod.started:
+            assert pod.startup is not None
+            if self._due(pod, pod.startup, pod.last_startup, now):
+                pod.last_startup = now
+                if self._probe(pod, pod.startup, "/healthz"):
+                    pod.started = True
+                    self._set_status(pod)
                 else:
-                    pod.liveness_failures += 1
-                    if pod.liveness_failures >= int(pod.liveness.get("failureThreshold", 3)):
-                        logger.warning("pod %s failed its liveness probe: restarting", pod.name)
+                    pod.startup_failures += 1
+                    if pod.startup_failures >= int(pod.startup.get("failureThreshold", 3)):
+                        logger.warning("pod %s failed its startup probe: restarting", pod.name)
                         self._stop_process(pod, pod.grace)
-                        return
-        ready = self._http_probe(pod, pod.readiness, "/readyz")
+            return
+        if pod.liveness is not None and self._due(pod, pod.liveness, pod.last_liveness, now):
+            pod.last_liveness = now
+            if self._probe(pod, pod.liveness, "/healthz"):
+                pod.liveness_failures = 0
+            else:
+                pod.liveness_failures += 1
+                if pod.liveness_failures >= int(pod.liveness.get("failureThreshold", 3)):
+                    logger.warning("pod %s failed its liveness probe: restarting", pod.name)
+                    self._stop_process(pod, pod.grace)
+                    return
+        ready = self._probe(pod, pod.readiness, "/readyz")
         if ready != pod.ready:
             pod.ready = ready
             self._set_status(pod)
+
+    def _exited(self, pod: PodProcess, returncode: int, now: float) -> None:
+        """The container's process ended: restart it or end the pod, per the restart policy."""
+        code = rt.exit_code(returncode)
+        terminated = {
+            "exitCode": code, "startedAt": pod.container_started, "finishedAt": now_rfc3339(),
+            "reason": "OOMKilled" if pod.oom else "Completed" if code == 0 else "Error",
+            "containerID": f"process://{pod.proc.pid}"}
+        if code > 128 and not pod.oom:
+            terminated["signal"] = code - 128
+        pod.ready, pod.last_exit = False, code
+        if pod.reason is None and (pod.restart_policy == "Always"
+                                   or (pod.restart_policy == "OnFailure" and code)):
+            # Back off like a kubelet (10 s doubling; 1 s doubling capped at 10 s here).
+            pod.restarts += 1
+            pod.last_terminated = terminated
+            pod.restart_at = now + min(BACKOFF[1], BACKOFF[0] * 2 ** (pod.restarts - 1))
+            self._set_status(pod, waiting="CrashLoopBackOff" if code else "Completed")
+            return
+        pod.terminated = terminated
+        pod.phase = "Succeeded" if code == 0 and pod.reason is None else "Failed"
+        self._set_status(pod)
 
     def _stop_process(self, pod: PodProcess, grace: float) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -553,41 +784,51 @@ class ProcessKubelet:
             pod.proc.kill()
             pod.proc.wait(timeout=10)
 
-    def _set_status(self, pod: PodProcess, *, exit_code: int | None = None,
-                    waiting: str | None = None) -> None:
-        ready = "True" if pod.ready else "False"
+    def _set_status(self, pod: PodProcess, *, waiting: str | None = None) -> None:
         state: dict[str, Any]
-        if exit_code is not None:
-            state = {"terminated": {"exitCode": exit_code, "finishedAt": now_rfc3339(),
-                                    "reason": "Completed" if exit_code == 0 else "Error"}}
+        if pod.terminated is not None:
+            state = {"terminated": pod.terminated}
         elif waiting is not None:
-            state = {"waiting": {"reason": waiting}}
+            message = (f"back-off restarting failed container {pod.container} in pod "
+                       f"{pod.name}" if waiting == "CrashLoopBackOff" else "")
+            state = {"waiting": {"reason": waiting, **({"message": message} if message else {})}}
         else:
             state = {"running": {"startedAt": pod.container_started}}
         container: dict[str, Any] = {"name": pod.container, "ready": pod.ready,
                                      "restartCount": pod.restarts, "state": state,
-                                     "image": pod.image or "process",
-                                     "imageID": "", "started": exit_code is None}
-        if pod.last_exit is not None:
-            container["lastState"] = {"terminated": {"exitCode": pod.last_exit}}
-        stamp = now_rfc3339()
-        conditions = [{"type": "Ready", "status": ready},
-                      {"type": "ContainersReady", "status": ready}]
+                                     "image": pod.image or "process", "imageID": "",
+                                     "containerID": f"process://{pod.proc.pid}",
+                                     "started": pod.started and "running" in state}
+        if pod.last_terminated is not None:
+            container["lastState"] = {"terminated": pod.last_terminated}
+        extra: dict[str, Any] = {"containerStatuses": [container], "startTime": pod.start_time}
+        if pod.reason is not None:
+            extra.update({"reason": pod.reason, "message": pod.message or ""})
+        self._write_status(pod.name, pod.namespace, phase=pod.phase, ready=pod.ready,
+                           status=extra)
+
+    def _write_status(self, name: str, namespace: str, *, phase: str, ready: bool,
+                      status: dict[str, Any]) -> None:
+        """The status subresource with the conditions a kubelet sets (node mode: all four)."""
+        flag = "True" if ready else "False"
+        conditions = [{"type": "Ready", "status": flag},
+                      {"type": "ContainersReady", "status": flag}]
         if self.node is not None:
+            stamp = now_rfc3339()
             conditions = [{**c, "lastTransitionTime": stamp} for c in [
                 {"type": "PodScheduled", "status": "True"},
                 {"type": "Initialized", "status": "True"}, *conditions]]
-        status: dict[str, Any] = {
-            "phase": pod.phase, "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
-            "conditions": conditions, "containerStatuses": [container]}
+        body: dict[str, Any] = {"phase": phase, "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
+                                "conditions": conditions, **status}
         if self.node is not None:
-            status.update({"podIPs": [{"ip": "127.0.0.1"}], "hostIPs": [{"ip": "127.0.0.1"}],
-                           "startTime": pod.start_time})
+            body.update({"podIPs": [{"ip": "127.0.0.1"}], "hostIPs": [{"ip": "127.0.0.1"}]})
+            body.setdefault("startTime", now_rfc3339())
+        else:
+            body.pop("startTime", None)
         try:
-            self.api.patch("pods", pod.name, {"status": status}, pod.namespace,
-                           subresource="status")
+            self.api.patch("pods", name, {"status": body}, namespace, subresource="status")
         except Exception as exc:  # the pod may be gone already
-            logger.debug("status of pod %s not written: %s", pod.name, exc)
+            logger.debug("status of pod %s not written: %s", name, exc)
 
     # -- deletion --------------------------------------------------------------------------
 

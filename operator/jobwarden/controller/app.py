@@ -35,7 +35,7 @@ import re
 import time
 import urllib.parse
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -234,6 +234,10 @@ class Operator:
             clusterwide=not config.namespaces,
             namespaces=list(config.namespaces),
             ready_flag=self.runtime.health.kopf_ready,
+            # Our peer id is the pod name (what kopf derives from $POD_ID). Left to kopf, it
+            # asks getpass.getuser(), which raises for a runAsUser without a passwd entry
+            # (found on the real cluster tier: the operator crash-looped as uid 10001).
+            identity=cast(Any, config.pod_name),
         )
 
     def run(self) -> int:

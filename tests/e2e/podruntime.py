@@ -1,0 +1,281 @@
+"""What the process kubelet's "container runtime" does: images, users, probes, memory.
+
+Kept apart from the kubelet's loop (tests/e2e/kubelet.py) so that each rule a
+real node applies to a container is one small function here, with the reason
+it deviates from a node where it does:
+
+* **Images** (:class:`Images`): every image runs the host's interpreter (the
+  repository's code), as if it were the Jobwarden image or one built on it --
+  except an image whose registry host ends in ``.invalid`` (RFC 2606: such a
+  name never resolves), which fails to pull exactly as an unreachable registry
+  does (``ErrImagePull``, then ``ImagePullBackOff``). A resolver can map other
+  names to failures or to a root filesystem.
+* **Users** (:func:`launcher`): ``runAsUser``/``runAsGroup``/``fsGroup`` of the
+  container (else the pod, else the image's ``USER``: 10001:10001 as in the
+  Dockerfile) become the process's real ids through ``setpriv``, when the
+  kubelet runs as root. The one extra: the ambient capability
+  ``CAP_DAC_READ_SEARCH``, so the process may *read* the host interpreter and
+  the repository even where they sit under a 0700 directory (a test machine's
+  ``/root``); it can still write only what its uid/gid may. ``runAsNonRoot``
+  with an effective uid 0 refuses to start (``CreateContainerConfigError``).
+* **Probes** (:func:`probe`): ``httpGet``, ``tcpSocket`` and ``exec`` (the
+  command run with the container's env and ids, success on exit 0 within
+  ``timeoutSeconds``).
+* **Memory** (:func:`memory_limit`, :func:`rss`): a container with
+  ``resources.limits.memory`` is SIGKILLed once its resident set exceeds the
+  limit and reported ``OOMKilled`` (exit 137). A kernel enforces this at
+  allocation time; the kubelet samples every pass (0.2 s), so a process may
+  overshoot briefly before it is killed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shutil
+import socket
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+#: The image's ``USER`` when the pod does not say: the Dockerfile's ``USER 10001:10001``.
+IMAGE_USER = (10001, 10001)
+#: Exit code a runtime reports when the container's process could not be started.
+START_ERROR_EXIT = 128
+
+
+class StartFailure(Exception):
+    """A container cannot be started (yet): the waiting reason and message a kubelet reports.
+
+    ``event`` is the Event reason a kubelet records for it (``Failed``, ``FailedMount``).
+    ``retry``: whether the kubelet keeps trying (a missing Secret may appear; a start
+    error is a container exit that the restart policy decides on).
+    """
+
+    reason = "ContainerCreating"
+    event = "Failed"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class MountFailure(StartFailure):
+    reason = "ContainerCreating"
+    event = "FailedMount"
+
+
+class ConfigFailure(StartFailure):
+    reason = "CreateContainerConfigError"
+
+
+class PullFailure(StartFailure):
+    reason = "ErrImagePull"
+
+
+class StartError(StartFailure):
+    """The runtime could not exec the command: a terminated container, exit 128."""
+
+    reason = "StartError"
+
+
+@dataclasses.dataclass(frozen=True)
+class Image:
+    """What a pulled image gives a container: its ``USER`` (uid, gid)."""
+
+    ref: str
+    user: tuple[int, int] = IMAGE_USER
+
+
+def registry_host(ref: str) -> str | None:
+    """The registry host of an image reference, None for Docker Hub short names."""
+    first, sep, _ = ref.partition("/")
+    if sep and ("." in first or ":" in first or first == "localhost"):
+        return first.split(":")[0]
+    return None
+
+
+class Images:
+    """Resolves image references (see the module docstring); ``failures`` maps a reference
+    to the pull error message it gets."""
+
+    def __init__(self, failures: dict[str, str] | None = None) -> None:
+        self.failures = dict(failures or {})
+
+    def pull(self, ref: str) -> Image:
+        if ref in self.failures:
+            raise PullFailure(self.failures[ref])
+        host = registry_host(ref)
+        if host is not None and host.endswith(".invalid"):
+            raise PullFailure(
+                f'failed to pull and unpack image "{ref}": failed to resolve reference '
+                f'"{ref}": failed to do request: Head "https://{host}/v2/": '
+                f"dial tcp: lookup {host}: no such host")
+        return Image(ref)
+
+
+@dataclasses.dataclass(frozen=True)
+class Identity:
+    """The ids a container's process runs with; None fields: the kubelet's own."""
+
+    uid: int | None
+    gid: int | None
+    groups: tuple[int, ...] = ()
+
+
+def identity(pod_spec: dict[str, Any], container: dict[str, Any], image: Image,
+             *, pod_name: str) -> Identity:
+    """The effective ids, checked against ``runAsNonRoot`` as a kubelet checks them."""
+    pod_ctx = pod_spec.get("securityContext") or {}
+    ctx = container.get("securityContext") or {}
+
+    def pick(key: str) -> Any:
+        return ctx[key] if ctx.get(key) is not None else pod_ctx.get(key)
+
+    uid = pick("runAsUser")
+    gid = pick("runAsGroup")
+    uid = image.user[0] if uid is None else int(uid)
+    gid = image.user[1] if gid is None else int(gid)
+    if pick("runAsNonRoot") and uid == 0:
+        raise ConfigFailure(f'container has runAsNonRoot and image will run as root '
+                            f'(pod: "{pod_name}", container: {container.get("name")})')
+    groups = [int(g) for g in pod_ctx.get("supplementalGroups") or []]
+    if pod_ctx.get("fsGroup") is not None:
+        groups.append(int(pod_ctx["fsGroup"]))
+    return Identity(uid, gid, tuple(dict.fromkeys(groups)))
+
+
+def can_switch_user() -> bool:
+    return os.geteuid() == 0 and shutil.which("setpriv") is not None
+
+
+def launcher(who: Identity) -> list[str]:
+    """The command prefix that runs a process as ``who`` (empty: as the kubelet)."""
+    if who.uid is None or not can_switch_user():
+        return []
+    groups = ",".join(str(g) for g in who.groups)
+    return ["setpriv", f"--reuid={who.uid}", f"--regid={who.gid}",
+            f"--groups={groups}" if groups else "--clear-groups",
+            "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--"]
+
+
+def resolve_command(command: list[str], env: dict[str, str]) -> list[str]:
+    """``command[0]`` made absolute along the container's PATH; a StartError if absent."""
+    head = command[0]
+    found = head if "/" in head else shutil.which(head, path=env.get("PATH"))
+    if found is None or not os.access(found, os.X_OK):
+        raise StartError(
+            "failed to create containerd task: failed to create shim task: OCI runtime "
+            "create failed: runc create failed: unable to start container process: "
+            f'exec: "{head}": executable file not found in $PATH: unknown')
+    return [found, *command[1:]]
+
+
+def own(path: Path, who: Identity, *, mode: int | None = None) -> None:
+    """Give a volume directory/file to the container's user, as fsGroup ownership does."""
+    if os.geteuid() != 0 or who.uid is None:
+        return
+    group = who.groups[-1] if who.groups else who.gid
+    os.chown(path, who.uid if path.is_dir() else 0, group if group is not None else -1)
+    if mode is not None:
+        path.chmod(mode)
+
+
+# -- probes ----------------------------------------------------------------------------------
+
+def probe(spec: dict[str, Any], *, ports: dict[str, int], env: dict[str, str],
+          prefix: list[str], cwd: Path) -> bool:
+    """One probe attempt (``httpGet``, ``tcpSocket`` or ``exec``): did it succeed?"""
+    timeout = float(spec.get("timeoutSeconds", 1))
+    if "httpGet" in spec:
+        get = spec["httpGet"]
+        port = ports.get(str(get.get("port")))
+        if port is None:
+            return False
+        path = get.get("path", "/")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}",
+                                        timeout=timeout) as response:
+                return bool(200 <= response.status < 400)
+        except (OSError, urllib.error.URLError):
+            return False
+    if "tcpSocket" in spec:
+        port = ports.get(str(spec["tcpSocket"].get("port")))
+        if port is None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=timeout):
+                return True
+        except OSError:
+            return False
+    if "exec" in spec:
+        command = list(spec["exec"].get("command") or [])
+        if not command:
+            return False
+        try:
+            command = resolve_command(command, env)
+            result = subprocess.run([*prefix, *command], env=env, cwd=cwd, timeout=timeout,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                    check=False)
+        except (StartError, subprocess.TimeoutExpired, OSError):
+            return False
+        return result.returncode == 0
+    return True  # a probe without a handler is refused by the API server; never seen
+
+
+# -- memory ----------------------------------------------------------------------------------
+
+_QUANTITY = re.compile(r"^([0-9.]+)([a-zA-Z]*)$")
+_UNITS = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+
+
+def memory_limit(container: dict[str, Any]) -> int | None:
+    """``resources.limits.memory`` in bytes, or None."""
+    raw = ((container.get("resources") or {}).get("limits") or {}).get("memory")
+    if raw is None:
+        return None
+    match = _QUANTITY.match(str(raw))
+    if match is None or match.group(2) not in _UNITS:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def rss(pid: int) -> int:
+    """The resident set of ``pid`` and its descendants in bytes (0 once gone)."""
+    total = 0
+    for one in (pid, *_descendants(pid)):
+        try:
+            for line in Path(f"/proc/{one}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) * 1024
+        except (OSError, ValueError):
+            continue
+    return total
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    frontier = [pid]
+    while frontier:
+        parent = frontier.pop()
+        try:
+            children = Path(f"/proc/{parent}/task/{parent}/children").read_text().split()
+        except OSError:
+            continue
+        kids = [int(c) for c in children]
+        found.extend(kids)
+        frontier.extend(kids)
+    return found
+
+
+def exit_code(returncode: int) -> int:
+    """A runtime's exit code: 128 + N for a process ended by signal N."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+Spawner = Callable[[list[str], dict[str, str], Path], subprocess.Popen[bytes]]
