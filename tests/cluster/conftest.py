@@ -144,30 +144,32 @@ class RealCluster:
 Helm = tools.Helm
 
 
-@pytest.fixture
-def realkube(control_plane: ControlPlane, dsn: str, client: Client, tmp_path: Path
-             ) -> Iterator[RealCluster]:
-    namespace = f"t-{uuid.uuid4().hex[:10]}"
-    api = control_plane.admin_api()
+@contextlib.contextmanager
+def open_cluster(plane: ControlPlane, *, namespace: str, dsn: str, client: Client,
+                 workdir: Path) -> Iterator[RealCluster]:
+    """A namespace on ``plane`` with its own Node and process kubelet, helm and kubectl.
+
+    On exit: uninstall, delete the namespace while the kubelet still runs (the pods
+    terminate as on a node), then the node goes. Also used for a second control plane
+    on the same database (two "clusters").
+    """
+    api = plane.admin_api()
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-    assert control_plane.pki is not None
-    kubelet = ProcessKubelet(api, workdir=tmp_path / "kubelet", namespace=namespace,
-                             node=f"node-{namespace}", server=control_plane.server,
-                             ca_file=control_plane.pki.ca_cert,
+    assert plane.pki is not None
+    kubelet = ProcessKubelet(api, workdir=workdir / "kubelet", namespace=namespace,
+                             node=f"node-{namespace}-{plane.api_port}", server=plane.server,
+                             ca_file=plane.pki.ca_cert,
                              extra_env={"JOBWARDEN_TEST_AUDIT_DSN": dsn},
                              observe=host_observation(client), interval=0.2).start()
-    assert control_plane.kubeconfig.exists()
+    assert plane.kubeconfig.exists()
     box = RealCluster(
-        plane=control_plane, api=api, namespace=namespace,
-        kubectl=Kubectl(control_plane.kubeconfig, cache_dir=tmp_path / "kubectl-cache",
-                        timeout=60),
-        helm=Helm(control_plane.bin_dir / "helm", control_plane.kubeconfig, tmp_path / "helm"),
-        kubelet=kubelet, dsn=dsn, client=client, workdir=tmp_path)
+        plane=plane, api=api, namespace=namespace,
+        kubectl=Kubectl(plane.kubeconfig, cache_dir=workdir / "kubectl-cache", timeout=60),
+        helm=Helm(plane.bin_dir / "helm", plane.kubeconfig, workdir / "helm"),
+        kubelet=kubelet, dsn=dsn, client=client, workdir=workdir)
     try:
         yield box
     finally:
-        # Uninstall and delete the namespace while the kubelet still runs, so that the
-        # pods terminate as on a node; then the node goes.
         for release in box.releases:
             box.helm.run("uninstall", release, "--namespace", namespace, "--wait",
                          "--timeout", "30s", check=False)
@@ -180,6 +182,14 @@ def realkube(control_plane: ControlPlane, dsn: str, client: Client, tmp_path: Pa
         with contextlib.suppress(ApiError):
             api.delete("nodes", kubelet.node or "", None)
         print(kubelet.report())
+
+
+@pytest.fixture
+def realkube(control_plane: ControlPlane, dsn: str, client: Client, tmp_path: Path
+             ) -> Iterator[RealCluster]:
+    with open_cluster(control_plane, namespace=f"t-{uuid.uuid4().hex[:10]}", dsn=dsn,
+                      client=client, workdir=tmp_path) as box:
+        yield box
 
 
 def worker_pool(name: str, namespace: str, secret: str, **spec: Any) -> dict[str, Any]:
