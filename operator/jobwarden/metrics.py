@@ -339,6 +339,20 @@ def prime_process() -> None:
         RETENTION_DELETED.labels(status)
 
 
+#: The kinds the operator reconciles (the ``kind`` label of its counters).
+OPERATOR_KINDS = ("JobSchedule", "ExclusiveJob", "WorkerPool")
+
+
+def prime_operator() -> None:
+    """The operator's error counter at 0 for every kind, from its start.
+
+    A series born at its first error has no increase to see; a dashboard or a
+    rule over it would stay empty (or silent) on the first error after a start.
+    """
+    for kind in OPERATOR_KINDS:
+        OPERATOR_ERRORS.labels(kind)
+
+
 def prime_job(queue: str, job_class: str) -> None:
     """Export a (queue, job class) pair's rare-event counters at 0 (once per process)."""
     if not _first(("job", queue, job_class)):

@@ -93,6 +93,26 @@ CASES: list[dict[str, Any]] = [
             _alert("JobwardenJobsReaped", "30m", []),
         ],
     },
+    {   # a class's failures in a worker that started at minute 5: the series is born at 1
+        # (rate() saw 2 failures of 3 and never fired); 3 failures, none completed: fires
+        # once failing for 10m (the rule's "for"), silent before, resolved after the window
+        "interval": "1m",
+        "input_series": [
+            {"series": 'jobwarden_jobs_failed_total{queue="q",job_class="m:F",'
+                       'reason="error",pod="w-2"}', "values": "_x5 1 2 3x60"},
+            # another class, as many failures but among 10 completions a minute: silent
+            {"series": 'jobwarden_jobs_failed_total{queue="q",job_class="m:G",'
+                       'reason="error",pod="w-2"}', "values": "_x5 1 2 3x60"},
+            {"series": 'jobwarden_jobs_completed_total{queue="q",job_class="m:G",pod="w-2"}',
+             "values": "0+10x70"},
+        ],
+        "alert_rule_test": [
+            _alert("JobwardenJobsFailing", "6m", []),
+            _alert("JobwardenJobsFailing", "16m", []),
+            _alert("JobwardenJobsFailing", "18m", [{"queue": "q", "job_class": "m:F"}]),
+            _alert("JobwardenJobsFailing", "40m", []),
+        ],
+    },
     {   # missed slots counted by the first runner pass after a downtime (born at 3)
         "interval": "1m",
         "input_series": [

@@ -15,6 +15,7 @@ import subprocess
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from tests.support.kube import KubeAPI
 from tests.support.waiting import wait_for
@@ -68,3 +69,10 @@ def test_every_metric_the_dashboard_and_alerts_use_is_exported(
     assert len(used) > 20  # the scan found the dashboard and the rules
     missing = sorted(s for s in used if s not in exported and _family_of(s) not in exported)
     assert missing == []
+
+
+def test_the_operator_exports_its_error_counter_at_zero_for_every_kind_from_the_start(
+        kube_api: KubeAPI, start_operator: Callable[..., object]) -> None:
+    operator: Any = start_operator(kube_api)
+    for kind in ("JobSchedule", "ExclusiveJob", "WorkerPool"):
+        assert operator.metric("jobwarden_operator_errors_total", kind=kind) == 0.0, kind

@@ -47,6 +47,7 @@ class Runtime:
         #: This process's identity as a lease owner (unique per process, readable).
         self.owner = f"operator:{config.pod_name}:{uuid.uuid4().hex[:8]}"
         self.health = Health()
+        metrics.prime_operator()
         #: The kinds this operator reconciles (handlers.register adds them).
         self.kinds: list[Kind] = []
         #: The operator's own Kubernetes calls (pods, status writes outside kopf).
