@@ -113,7 +113,7 @@ def busy_outcome(attempt: Attempt, found: Acquisition, *, kind: LeaseKind,
     logger.info("job %d (%s): lease %r busy (held by %s, %.1fs left): %s", claim.id,
                 claim.job_class, found.name, busy.holder, found.retry_after, busy.policy)
     if busy.policy == "skip":
-        return Cancelled(error=busy.error)
+        return Cancelled(error=busy.error, busy_skip=True)
     if busy.policy == "fail":
         return Failed(error=busy.error, reason="lease_busy")
     return Released(delay_seconds=busy.delay_seconds, deferral=True, reason="lease_busy")

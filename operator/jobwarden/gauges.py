@@ -1,10 +1,11 @@
 """Database-wide gauges, exported once per database by whichever process holds their lease.
 
-Queue depth, oldest pending age, schedule freshness, host counts and the hot
-tables' dead tuples and autovacuum state describe the *database*, not a
-process: if every worker exported them, a ``sum()`` over pods would multiply
-the backlog by the number of pods. So exactly one process per database
-exports them: the holder of the lease :data:`LEASE_NAME`. Any process
+Queue depth, oldest pending age, schedule freshness, host counts, the hot
+tables' dead tuples and autovacuum state, and the schedule slot fates
+(``jobwarden_schedule_slots_total``, counted on the schedule rows) describe the
+*database*, not a process: if every worker exported them, a ``sum()`` over pods
+would multiply the backlog by the number of pods. So exactly one process per
+database exports them: the holder of the lease :data:`LEASE_NAME`. Any process
 that serves ``/metrics`` may compete for it -- the operator (one of its loops)
 and every ``jobwarden worker`` with an HTTP port (the extension in
 :mod:`jobwarden.gauge_extension`, added by :mod:`jobwarden.assembly`) -- so a
@@ -135,6 +136,10 @@ class DatabaseGauges:
         oldest = db.jobs.oldest_pending()
         hosts: dict[tuple[str, ...], float] = {
             (c.pool, c.state): float(c.count) for c in db.hosts.counts()}
+        fates: dict[tuple[str, ...], float] = {
+            (name, fate): float(count)
+            for name, counts in db.schedules.fate_counts().items()
+            for fate, count in counts.items()}
         since: dict[tuple[str, ...], float] = {}
         lag: dict[tuple[str, ...], float] = {}
         for item in db.schedules.health():
@@ -150,6 +155,7 @@ class DatabaseGauges:
             _replace(metrics.SCHEDULE_SINCE_SUCCESS, self._schedules, since)
             self._schedules = _replace(metrics.SCHEDULE_LAG, self._schedules, lag)
             self._tables = _set_table_health(health, self._tables)
+            metrics.SCHEDULE_SLOTS.set_all(fates)
             self.exporting = True
 
     def clear(self) -> None:
@@ -161,6 +167,7 @@ class DatabaseGauges:
                           metrics.SCHEDULE_SINCE_SUCCESS, metrics.SCHEDULE_LAG, metrics.HOSTS,
                           *_TABLE_GAUGES, metrics.DB_TABLE_BYTES):
                 gauge.clear()
+            metrics.SCHEDULE_SLOTS.clear()
             self._depth, self._oldest, self._schedules, self._hosts = set(), set(), set(), set()
             self._tables = set()
             self.exporting = False

@@ -59,6 +59,7 @@ jobwarden_db_live_tuples                          gauge      table
 jobwarden_db_autovacuum_enabled                   gauge      table
 jobwarden_db_seconds_since_vacuum                 gauge      table
 jobwarden_db_table_bytes                          gauge      table, kind
+jobwarden_schedule_slots_total                    counter    schedule, fate
 ================================================  =========  ==============================
 
 The ``jobwarden_db_*`` gauges describe the hot tables (jobs, job_attempts,
@@ -67,6 +68,15 @@ whether autovacuum can run on the table (1: the server's ``autovacuum`` and
 ``track_counts`` are on and the table's ``autovacuum_enabled`` is not false),
 seconds since its last (auto)vacuum (absent: never since the statistics were
 reset), and its size (``kind``: ``table`` or ``indexes``).
+
+``jobwarden_schedule_slots_total`` is every schedule slot's fate (``enqueued``,
+``skipped``, ``missed``, ``replaced``, ``dropped``, ``deferred``; docs/schedules.md),
+read from the counts on the schedule rows -- the one place each fate is recorded,
+by the statement that decided it -- so it matches ``JobSchedule`` status, survives
+process restarts and is exported once per database; every fate of every schedule
+is there from the first export, at 0 until it happens. The per-process
+``jobwarden_schedule_slots_{enqueued,missed,skipped}_total`` counters are kept
+for existing dashboards.
 
 The operator also exports ``jobwarden_operator_reconciles_total{kind, result}``,
 ``jobwarden_operator_errors_total{kind}``, ``jobwarden_rollout_duration_seconds{pool}``
@@ -115,6 +125,7 @@ import threading
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 
 from jobwarden.structs import policies
 from jobwarden.structs.podruns import POD_FAILURE_CAUSES
@@ -218,6 +229,51 @@ SCHEDULE_SLOTS_SKIPPED = Counter(
     "jobwarden_schedule_slots_skipped", "Slots not run because of the overlap policy.",
     ("schedule",), registry=REGISTRY,
 )
+
+
+class _DatabaseCounter:
+    """A counter whose values are counts kept in the database, set by their exporter.
+
+    Why not a ``Counter``: the count lives on the schedule row (moved by the
+    statement that decided each fate, in whichever process); a process only
+    mirrors the row's value, which a ``Counter`` cannot be set to.
+    """
+
+    def __init__(self, name: str, documentation: str, labels: tuple[str, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels = labels
+        self._values: dict[tuple[str, ...], float] = {}
+        self._lock = threading.Lock()
+
+    def set_all(self, values: dict[tuple[str, ...], float]) -> None:
+        """Replace every labelled value at once (label sets not given disappear)."""
+        with self._lock:
+            self._values = dict(values)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._values = {}
+
+    def value(self, *labels: str) -> float | None:
+        with self._lock:
+            return self._values.get(labels)
+
+    def describe(self) -> list[Metric]:
+        return [CounterMetricFamily(self.name, self.documentation, labels=self.labels)]
+
+    def collect(self) -> list[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        with self._lock:
+            for labels, value in sorted(self._values.items()):
+                family.add_metric(list(labels), value)
+        return [family]
+
+
+SCHEDULE_SLOTS = _DatabaseCounter(
+    "jobwarden_schedule_slots", "Schedule slots by fate (enqueued, skipped, missed, replaced, "
+    "dropped, deferred), as counted in the database.", ("schedule", "fate"))
+REGISTRY.register(SCHEDULE_SLOTS)
 SCHEDULE_RUNS = Counter(
     "jobwarden_schedule_runs", "Schedule runner passes, by result (ok, error).", ("result",),
     registry=REGISTRY,

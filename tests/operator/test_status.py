@@ -76,7 +76,8 @@ def test_a_conflict_is_not_ready_and_names_the_other_cluster() -> None:
 def view(**changes: Any) -> sst.ScheduleView:
     base = sst.ScheduleView(last_slot=T0, next_slot=T1, suspended=False, enqueued=3, skipped=1,
                             missed=2, last_job_id=9, last_job_status="completed",
-                            last_job_finished_at=T0 + dt.timedelta(seconds=3))
+                            last_job_finished_at=T0 + dt.timedelta(seconds=3), replaced=4,
+                            dropped=5, deferred=6)
     return dataclasses.replace(base, **changes)
 
 
@@ -86,7 +87,8 @@ def test_the_schedule_status_mirrors_the_row() -> None:
         "observedGeneration": 4, "conditions": [],
         "lastSlot": "2026-06-01T02:30:00Z", "nextRun": "2026-06-01T02:35:00Z",
         "lastJob": {"id": "9", "status": "completed", "finishedAt": "2026-06-01T02:30:03Z"},
-        "counts": {"enqueued": 3, "skipped": 1, "missed": 2},
+        "counts": {"enqueued": 3, "skipped": 1, "missed": 2, "replaced": 4, "dropped": 5,
+                   "deferred": 6},
     }
 
 

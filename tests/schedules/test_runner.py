@@ -289,7 +289,7 @@ def test_a_corrupt_row_is_counted_as_an_error_and_does_not_stop_the_others(
 
 def test_the_runner_never_raises_even_without_its_table(db: Database) -> None:
     with db.connection() as conn:
-        conn.execute("DROP TABLE jobwarden.schedules")
+        conn.execute("DROP TABLE jobwarden.schedules CASCADE")
     report = runner.enqueue_due(db)
     assert report.errors == 1 and report.enqueued == 0
 

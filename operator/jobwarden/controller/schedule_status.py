@@ -34,6 +34,10 @@ class ScheduleView:
     last_job_id: int | None
     last_job_status: str | None
     last_job_finished_at: dt.datetime | None
+    #: Later fates of enqueued slots (jobwarden.structs.schedules.SLOT_FATES).
+    replaced: int = 0
+    dropped: int = 0
+    deferred: int = 0
 
 
 ScheduleAction = Literal["create", "update", "none", "conflict"]
@@ -119,5 +123,6 @@ def schedule_status(*, previous: Mapping[str, Any] | None, generation: int | Non
                 last_job["finishedAt"] = timestamp(view.last_job_finished_at)
             out["lastJob"] = last_job
         out["counts"] = {"enqueued": view.enqueued, "skipped": view.skipped,
-                         "missed": view.missed}
+                         "missed": view.missed, "replaced": view.replaced,
+                         "dropped": view.dropped, "deferred": view.deferred}
     return out

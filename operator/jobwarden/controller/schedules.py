@@ -63,7 +63,9 @@ def view_of(row: ScheduleRecord) -> sst.ScheduleView:
     return sst.ScheduleView(
         last_slot=row.last_slot, next_slot=row.next_slot, suspended=bool(row.suspended),
         enqueued=int(row.enqueued_count), skipped=int(row.skipped_count),
-        missed=int(row.missed_count), last_job_id=row.last_job_id,
+        missed=int(row.missed_count), replaced=int(row.replaced_count),
+        dropped=int(row.dropped_count), deferred=int(row.deferred_count),
+        last_job_id=row.last_job_id,
         last_job_status=row.last_job_status,
         last_job_finished_at=row.last_job_finished_at,
     )

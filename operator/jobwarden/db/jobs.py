@@ -194,9 +194,12 @@ class JobsTable:
         })
         return JobStatus(found[0]) if found else None
 
-    def mark_cancelled(self, *, job_id: int, claim_token: uuid.UUID, error: str) -> bool:
+    def mark_cancelled(self, *, job_id: int, claim_token: uuid.UUID, error: str,
+                       dropped: bool = False) -> bool:
+        """Record a cancelled attempt; ``dropped``: never started, its lease was busy
+        (on_busy = skip), which is a schedule slot's fate "dropped"."""
         return self._db.row("job_cancelled", {"id": job_id, "token": claim_token,
-                                              "error": error,
+                                              "error": error, "dropped": dropped,
                                               "done_channel": self.done_channel}) is not None
 
     def release(self, *, job_id: int, claim_token: uuid.UUID, delay_seconds: float = 0.0,

@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Any, cast
 from psycopg.types.json import Jsonb
 
 from jobwarden.structs.schedules import (
+    SLOT_FATES,
     DueSchedule,
     ScheduleHealth,
     ScheduleRecord,
     ScheduleSpec,
     SlotAdvance,
+    SlotFate,
 )
 
 if TYPE_CHECKING:
@@ -42,7 +44,8 @@ def _record(row: Row) -> ScheduleRecord:
      timeout, max_retries, idempotent, catch_up, window, catch_up_max, overlap, suspended,
      suspended_by, spec_suspended, source, origin, spec_hash, planned_until, last_slot,
      last_enqueued_slot, next_slot, enqueued, skipped, missed, last_job_id, last_job_status,
-     last_job_finished_at, last_success_at, last_error, created_at, updated_at, pod_run) = row
+     last_job_finished_at, last_success_at, last_error, created_at, updated_at, pod_run,
+     replaced, dropped, deferred) = row
     return ScheduleRecord(
         name=name, cron=cron, interval=_interval_text(interval_seconds), timezone=timezone,
         job_class=job_class, data=data, queue=queue, priority=priority, timeout_seconds=timeout,
@@ -56,6 +59,7 @@ def _record(row: Row) -> ScheduleRecord:
         idempotent=idempotent, suspended_by=suspended_by, spec_suspended=spec_suspended,
         origin=origin, planned_until=planned_until, last_enqueued_slot=last_enqueued_slot,
         last_job_finished_at=last_job_finished_at, last_error=last_error, pod_run=pod_run,
+        replaced_count=replaced, dropped_count=dropped, deferred_count=deferred,
     )
 
 
@@ -179,9 +183,39 @@ class SchedulesTable:
             {"name": a.name, "planned_until": iso(a.planned_until), "last_slot": iso(a.last_slot),
              "last_enqueued_slot": iso(a.last_enqueued_slot), "next_slot": iso(a.next_slot),
              "enqueued": a.enqueued, "skipped": a.skipped, "missed": a.missed,
-             "last_job_id": a.last_job_id, "error": a.error}
+             "replaced": a.replaced, "last_job_id": a.last_job_id, "error": a.error}
             for a in advances
         ])}, conn=conn)
+
+    def record_slots(self, fates: Sequence[SlotFate], *, keep: int, conn: Connection) -> None:
+        """Write a pass's slot fates and prune each schedule's history to ``keep`` slots.
+
+        Two statements in the caller's transaction (the pass's): the prune must
+        see the rows just written to keep exactly the newest ``keep``.
+        """
+        if not fates:
+            return
+        self._db.execute("schedule_slots_record", {"rows": Jsonb([
+            {"name": f.schedule, "slot": f.slot.isoformat(), "fate": f.fate, "job_id": f.job_id}
+            for f in fates])}, conn=conn)
+        self._db.execute("schedule_slots_prune", {
+            "names": sorted({f.schedule for f in fates}), "keep": keep}, conn=conn)
+
+    def mark_replaced(self, name: str, *, job_id: int, conn: Connection) -> None:
+        """The slot whose run was ``job_id`` was replaced (Replace policy, runner's pass)."""
+        self._db.execute("schedule_slot_replaced", {"name": name, "job_id": job_id}, conn=conn)
+
+    def slots(self, name: str, *, limit: int = 20) -> list[SlotFate]:
+        """The schedule's last slots with their fate, newest first."""
+        return [SlotFate(schedule=name, slot=slot, fate=fate, job_id=job_id,
+                         job_status=status, recorded_at=at)
+                for slot, fate, job_id, status, at in self._db.rows(
+                    "schedule_slot_list", {"name": name, "limit": limit})]
+
+    def fate_counts(self) -> dict[str, dict[str, int]]:
+        """Every schedule's slot fates, counted: ``{name: {fate: count}}``."""
+        return {row[0]: dict(zip(SLOT_FATES, (int(v) for v in row[1:]), strict=True))
+                for row in self._db.rows("schedule_fate_counts")}
 
     def cancel_job(self, job_id: int, *, reason: str, conn: Connection) -> str | None:
         """Cancel a pending run or ask a running one to stop; its status after, or None."""

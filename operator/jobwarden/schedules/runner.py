@@ -50,7 +50,7 @@ from jobwarden import errors, metrics
 from jobwarden.schedules import expressions, planning
 from jobwarden.schedules.slots import job_spec
 from jobwarden.structs.jobs import JobSpec
-from jobwarden.structs.schedules import DueSchedule, RunReport, SlotAdvance
+from jobwarden.structs.schedules import DueSchedule, RunReport, SlotAdvance, SlotFate
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Connection, Database
@@ -63,6 +63,9 @@ logger = logging.getLogger("jobwarden.schedules")
 DEFAULT_BATCH = 1000
 #: A schedule whose stored expression cannot be read is retried this much later.
 ERROR_RETRY_SECONDS = 60
+#: Slots kept per schedule in its fate history (``schedule_slots``); older ones are
+#: pruned in the pass that adds newer ones. The counts keep every fate.
+SLOT_HISTORY = 50
 _ACTIVE = ("pending", "processing")
 
 
@@ -143,10 +146,11 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_second
         batch: list[JobSpec] = []
         owners: list[tuple[int, int]] = []  # (index into advances, slot index) per spec
         slots_of: list[list[dt.datetime]] = []
+        fates: list[SlotFate] = []
         for schedule in due:
             try:
-                run, advance, replaced = _plan(db, schedule, at, tolerance_seconds, conn,
-                                               plans)
+                run, advance, replaced, decided = _plan(db, schedule, at, tolerance_seconds,
+                                                        conn, plans)
             except Exception as exc:  # a bad stored row must not stop the others
                 report.errors += 1
                 logger.exception("schedule %r: cannot plan", schedule.name)
@@ -154,6 +158,7 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_second
                 slots_of.append([])
                 continue
             report.replaced += replaced
+            fates.extend(decided)
             index = len(advances)
             advances.append(advance)
             slots_of.append(run)
@@ -168,8 +173,11 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_second
         results = db.jobs.insert_many(batch, conn=conn)
         fresh = [0] * len(advances)
         last_ids: list[int | None] = [None] * len(advances)
-        for spec, (index, _), result in zip(batch, owners, results, strict=True):
+        for spec, (index, position), result in zip(batch, owners, results, strict=True):
             last_ids[index] = result.id  # slots are ascending: the newest slot's job wins
+            fates.append(SlotFate(schedule=advances[index].name,
+                                  slot=slots_of[index][position], fate="enqueued",
+                                  job_id=result.id))
             if result.duplicate:
                 report.duplicates += 1
             else:
@@ -183,12 +191,13 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_second
                 last_slot=advance.last_slot,
                 last_enqueued_slot=run[-1] if run else None, next_slot=advance.next_slot,
                 enqueued=fresh[index], skipped=advance.skipped, missed=advance.missed,
-                last_job_id=last_ids[index], error=advance.error))
+                last_job_id=last_ids[index], error=advance.error, replaced=advance.replaced))
             report.enqueued += fresh[index]
             report.skipped += advance.skipped
             report.missed += advance.missed
             per_schedule.append((advance.name, fresh[index], advance.skipped, advance.missed))
         db.schedules.advance_many(final, conn=conn)
+        db.schedules.record_slots(fates, keep=SLOT_HISTORY, conn=conn)
     # Committed: only now do the counters move (a rolled-back pass counted nothing).
     for name, enqueued, skipped, missed in per_schedule:
         metrics.prime_schedule(name)
@@ -206,8 +215,9 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_second
 
 def _plan(db: Database, schedule: DueSchedule, at: dt.datetime, tolerance_seconds: int,
           conn: Connection, plans: dict[tuple[object, ...], planning.DuePlan],
-          ) -> tuple[list[dt.datetime], SlotAdvance, int]:
-    """The slots to enqueue for one schedule, its write-back, and runs replaced (0 or 1).
+          ) -> tuple[list[dt.datetime], SlotAdvance, int, list[SlotFate]]:
+    """The slots to enqueue for one schedule, its write-back, runs replaced (0 or 1),
+    and the fates of the slots it did not enqueue (skipped, missed; for the history).
 
     ``plans``: the pass's plans by their inputs. A plan depends only on the
     expression, the planning point and the catch-up settings (``at`` and the
@@ -229,22 +239,32 @@ def _plan(db: Database, schedule: DueSchedule, at: dt.datetime, tolerance_second
         )
     run = list(plan.run)
     skipped = replaced = 0
+    skipped_slots: list[dt.datetime] = []
     previous_active = schedule.last_job_status in _ACTIVE
     if run and schedule.overlap == "Forbid":
         if previous_active:
-            skipped, run = len(run), []
+            skipped_slots, run = run, []
         else:
-            skipped, run = len(run) - 1, run[:1]
+            skipped_slots, run = run[1:], run[:1]
     elif run and schedule.overlap == "Replace":
-        skipped, run = len(run) - 1, run[-1:]
+        skipped_slots, run = run[:-1], run[-1:]
         if previous_active and schedule.last_job_id is not None:
             status = db.schedules.cancel_job(
                 schedule.last_job_id, reason=f"replaced by the slot {run[0].isoformat()}",
                 conn=conn)
             replaced = 1 if status is not None else 0
+            if replaced:
+                db.schedules.mark_replaced(schedule.name, job_id=schedule.last_job_id,
+                                           conn=conn)
             logger.info("schedule %r: previous run %d %s (Replace)", schedule.name,
                         schedule.last_job_id,
                         "cancelled" if status == "cancelled" else "asked to stop")
+    skipped = len(skipped_slots)
+    decided = [SlotFate(schedule=schedule.name, slot=s, fate="skipped") for s in skipped_slots]
+    if plan.missed:
+        decided.extend(SlotFate(schedule=schedule.name, slot=s, fate="missed")
+                       for s in _missed_slots(expr, plan.run, after=schedule.planned_until,
+                                              at=at))
     if skipped:
         logger.info("schedule %r: %d slot(s) skipped by overlap policy %s", schedule.name,
                     skipped, schedule.overlap)
@@ -264,8 +284,22 @@ def _plan(db: Database, schedule: DueSchedule, at: dt.datetime, tolerance_second
     return run, SlotAdvance(
         name=schedule.name, planned_until=plan.cursor, last_slot=fated,
         last_enqueued_slot=None, next_slot=plan.next_slot, enqueued=0, skipped=skipped,
-        missed=plan.missed, last_job_id=None,
-    ), replaced
+        missed=plan.missed, last_job_id=None, replaced=replaced,
+    ), replaced, decided
+
+
+def _missed_slots(expr: expressions.Expression, run: tuple[dt.datetime, ...] | list[dt.datetime],
+                  *, after: dt.datetime, at: dt.datetime) -> list[dt.datetime]:
+    """The newest missed slots in ``(after, at]`` (those not in ``run``), at most
+    :data:`SLOT_HISTORY`: the history's bound, so a long outage costs no more."""
+    planned = set(run)
+    found: list[dt.datetime] = []
+    for slot in expr.iter_before(at):
+        if slot <= after or len(found) >= SLOT_HISTORY:
+            break
+        if slot not in planned:
+            found.append(slot)
+    return found
 
 
 def _error_advance(schedule: DueSchedule, at: dt.datetime, exc: Exception) -> SlotAdvance:

@@ -102,6 +102,14 @@ class ScheduleRecord:
     last_job_finished_at: datetime.datetime | None = None
     last_error: str | None = None
     pod_run: str | None = None
+    #: Later fates of enqueued slots (see :data:`SLOT_FATES`).
+    replaced_count: int = 0
+    dropped_count: int = 0
+    deferred_count: int = 0
+
+    def fate_counts(self) -> dict[str, int]:
+        """Every slot fate with its count, in :data:`SLOT_FATES` order."""
+        return {fate: int(getattr(self, f"{fate}_count")) for fate in SLOT_FATES}
 
     def as_json(self) -> dict[str, Any]:
         return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
@@ -148,6 +156,34 @@ class SlotAdvance:
     missed: int
     last_job_id: int | None
     error: str | None = None
+    #: The previous run was replaced (Replace policy): 0 or 1.
+    replaced: int = 0
+
+
+#: Every fate a schedule slot can have, in the order people read them.
+#: ``enqueued``, ``skipped`` (overlap policy) and ``missed`` (catch-up, suspension)
+#: are decided by the runner; ``replaced`` (a Replace slot cancelled the run),
+#: ``dropped`` (a Forbid run found the schedule's lease busy) and ``deferred`` (the
+#: run found a lease busy and waits; its first deferral) happen later to an
+#: enqueued slot, so those slots count as enqueued too.
+SLOT_FATES: tuple[str, ...] = ("enqueued", "skipped", "missed", "replaced", "dropped",
+                               "deferred")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SlotFate:
+    """One slot of a schedule's bounded history, with its fate (newest fate wins)."""
+
+    schedule: str
+    slot: datetime.datetime
+    fate: str
+    job_id: int | None = None
+    #: The run's status now (None: no job, or purged); read, not stored.
+    job_status: str | None = None
+    recorded_at: datetime.datetime | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {f.name: _jsonable(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
 
 @dataclasses.dataclass(kw_only=True)

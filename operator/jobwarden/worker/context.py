@@ -42,6 +42,9 @@ class Failed:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Cancelled:
     error: str
+    #: Never started: its lease was busy with on_busy = "skip" (a schedule slot's
+    #: fate "dropped", recorded with the cancellation).
+    busy_skip: bool = False
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

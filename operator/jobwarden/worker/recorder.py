@@ -148,7 +148,8 @@ class Recorder:
             elif isinstance(outcome, Cancelled):
                 ok = self._db.jobs.mark_cancelled(job_id=a.claim.id,
                                                   claim_token=a.claim.claim_token,
-                                                  error=outcome.error)
+                                                  error=outcome.error,
+                                                  dropped=outcome.busy_skip)
                 status = JobStatus.CANCELLED if ok else None
             else:
                 assert isinstance(outcome, Released)

@@ -249,29 +249,78 @@ done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
 SELECT ended.status_after FROM ended, notified;
 
 -- name: job_cancelled
--- The attempt stopped because it was asked to (JobCancelled), fenced.
+-- The attempt stopped because it was asked to (JobCancelled), or never started
+-- because its lease was busy with on_busy = skip (%(dropped)s), fenced. A dropped
+-- run of a schedule's slot is that slot's fate "dropped", counted on the schedule
+-- and marked in its slot history by this same statement.
 WITH ended AS (
     UPDATE {schema}.jobs
     SET status = 'cancelled', last_error = %(error)s, finished_at = now(), claim_expires_at = NULL,
         updated_at = now()
     WHERE id = %(id)s AND claim_token = %(token)s AND status = 'processing'
     RETURNING id, attempts, claimed_at, claimed_by, 'cancelled'::text AS outcome,
-              status::text AS status_after, last_error AS error
+              status::text AS status_after, last_error AS error, schedule_name, unique_key
+),
+slot_run AS (
+    SELECT e.schedule_name,
+           substr(e.unique_key, length(e.schedule_name) + 2)::timestamptz AS slot
+    FROM ended AS e
+    WHERE %(dropped)s::boolean AND {fragment_slot_run}
+),
+fate_counted AS (
+    UPDATE {schema}.schedules AS s SET dropped_count = s.dropped_count + 1, updated_at = now()
+    FROM slot_run AS r WHERE s.name = r.schedule_name
+    RETURNING s.name
+),
+fate_marked AS (
+    UPDATE {schema}.schedule_slots AS h SET fate = 'dropped', recorded_at = now()
+    FROM slot_run AS r WHERE h.schedule_name = r.schedule_name AND h.slot = r.slot
+    RETURNING h.slot
 ),
 recorded AS ({fragment_attempt_record}),
 done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
 {fragment_notify_done}
 SELECT ended.id FROM ended, notified;
 
+-- name: fragment_slot_run
+-- The job is the run of a schedule's slot (unique key `<name>:<slot UTC ISO 8601>`;
+-- not a run-now, whose key is `<name>:run-now:<id>`).
+e.schedule_name IS NOT NULL
+      AND e.unique_key LIKE e.schedule_name || ':____-__-__T__:__:__Z'
+
 -- name: job_release
 -- Give a claim back without running it (a busy lease, or a prefetched job at
 -- shutdown): pending again, the attempt the claim counted given back, fenced.
-UPDATE {schema}.jobs
-SET status = 'pending', attempts = greatest(attempts - 1, 0),
-    run_at = now() + make_interval(secs => %(delay)s),
-    deferrals = deferrals + %(deferral)s::integer, claim_expires_at = NULL, updated_at = now()
-WHERE id = %(id)s AND claim_token = %(token)s AND status = 'processing'
-RETURNING id;
+-- The first deferral of a schedule slot's run is that slot's fate "deferred",
+-- counted on the schedule and marked in its slot history by this same statement
+-- (later deferrals of the same run count nothing: one fate per slot).
+WITH released AS (
+    UPDATE {schema}.jobs
+    SET status = 'pending', attempts = greatest(attempts - 1, 0),
+        run_at = now() + make_interval(secs => %(delay)s),
+        deferrals = deferrals + %(deferral)s::integer, claim_expires_at = NULL,
+        updated_at = now()
+    WHERE id = %(id)s AND claim_token = %(token)s AND status = 'processing'
+    RETURNING id, schedule_name, unique_key, deferrals
+),
+slot_run AS (
+    SELECT e.schedule_name,
+           substr(e.unique_key, length(e.schedule_name) + 2)::timestamptz AS slot
+    FROM released AS e
+    WHERE %(deferral)s::integer = 1 AND e.deferrals = 1 AND {fragment_slot_run}
+),
+fate_counted AS (
+    UPDATE {schema}.schedules AS s SET deferred_count = s.deferred_count + 1, updated_at = now()
+    FROM slot_run AS r WHERE s.name = r.schedule_name
+    RETURNING s.name
+),
+fate_marked AS (
+    UPDATE {schema}.schedule_slots AS h SET fate = 'deferred', recorded_at = now()
+    FROM slot_run AS r
+    WHERE h.schedule_name = r.schedule_name AND h.slot = r.slot AND h.fate = 'enqueued'
+    RETURNING h.slot
+)
+SELECT id FROM released;
 
 -- name: job_heartbeat_many
 -- Batched, fenced heartbeat of every running claim of a worker: pushes the reap

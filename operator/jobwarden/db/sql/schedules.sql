@@ -14,7 +14,7 @@ SELECT s.name, s.expression, s.cron, s.interval_seconds, s.timezone, s.job_class
        s.last_enqueued_slot, s.next_slot, s.enqueued_count, s.skipped_count, s.missed_count,
        s.last_job_id, j.status::text, j.finished_at,
        greatest(s.last_success_at, ok.finished_at), s.last_error, s.created_at, s.updated_at,
-       s.pod_run
+       s.pod_run, s.replaced_count, s.dropped_count, s.deferred_count
 FROM {schema}.schedules AS s
 LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
 LEFT JOIN LATERAL (
@@ -130,6 +130,7 @@ SET planned_until = a.planned_until,
     enqueued_count = s.enqueued_count + a.enqueued,
     skipped_count = s.skipped_count + a.skipped,
     missed_count = s.missed_count + a.missed,
+    replaced_count = s.replaced_count + a.replaced,
     last_job_id = coalesce(a.last_job_id, s.last_job_id),
     last_error = a.error,
     last_success_at = greatest(s.last_success_at, (
@@ -140,7 +141,7 @@ SET planned_until = a.planned_until,
 FROM jsonb_to_recordset(%(advances)s::jsonb)
      AS a(name text, planned_until timestamptz, last_slot timestamptz,
           last_enqueued_slot timestamptz, next_slot timestamptz, enqueued bigint,
-          skipped bigint, missed bigint, last_job_id bigint, error text)
+          skipped bigint, missed bigint, replaced bigint, last_job_id bigint, error text)
 WHERE s.name = a.name;
 
 -- name: schedule_add_backfill
@@ -222,3 +223,47 @@ SET successful_history_limit = %(successful)s, failed_history_limit = %(failed)s
 WHERE name = %(name)s
   AND (successful_history_limit IS DISTINCT FROM %(successful)s::integer
        OR failed_history_limit IS DISTINCT FROM %(failed)s::integer);
+
+-- name: schedule_slots_record
+-- The runner's pass, in its transaction: the fate of each slot it decided (enqueued
+-- with its job, skipped, missed). A slot that already has a row (a backfilled slot
+-- the runner finds a duplicate) takes the newer decision.
+INSERT INTO {schema}.schedule_slots AS h (schedule_name, slot, fate, job_id)
+SELECT r.name, r.slot, r.fate, r.job_id
+FROM jsonb_to_recordset(%(rows)s::jsonb) AS r(name text, slot timestamptz, fate text,
+                                              job_id bigint)
+ON CONFLICT (schedule_name, slot) DO UPDATE
+SET fate = excluded.fate, job_id = coalesce(excluded.job_id, h.job_id), recorded_at = now();
+
+-- name: schedule_slots_prune
+-- Keep each named schedule's newest %(keep)s slots (same transaction as the record
+-- above, so the table never holds more than keep + one pass's slots per schedule).
+DELETE FROM {schema}.schedule_slots AS h
+USING unnest(%(names)s::text[]) AS n(name)
+WHERE h.schedule_name = n.name
+  AND h.slot < (SELECT x.slot FROM {schema}.schedule_slots AS x
+                WHERE x.schedule_name = n.name
+                ORDER BY x.slot DESC OFFSET %(keep)s - 1 LIMIT 1);
+
+-- name: schedule_slot_replaced
+-- Overlap policy Replace, in the runner's transaction: the previous run's slot is
+-- now "replaced" (its job was cancelled or asked to stop).
+UPDATE {schema}.schedule_slots SET fate = 'replaced', recorded_at = now()
+WHERE schedule_name = %(name)s AND job_id = %(job_id)s;
+
+-- name: schedule_slot_list
+-- A schedule's last slots with their fate, newest first, and the run's status now.
+SELECT h.slot, h.fate, h.job_id, j.status::text, h.recorded_at
+FROM {schema}.schedule_slots AS h
+LEFT JOIN {schema}.jobs AS j ON j.id = h.job_id
+WHERE h.schedule_name = %(name)s
+ORDER BY h.slot DESC
+LIMIT %(limit)s;
+
+-- name: schedule_fate_counts
+-- Every schedule's slot fates, counted (jobwarden_schedule_slots_total, exported
+-- once per database by the gauge-lease holder).
+SELECT name, enqueued_count, skipped_count, missed_count, replaced_count, dropped_count,
+       deferred_count
+FROM {schema}.schedules
+ORDER BY name;
