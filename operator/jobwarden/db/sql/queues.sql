@@ -3,8 +3,19 @@
 
 -- name: fragment_queue_not_paused
 -- Included by every claim variant (jobs.sql): a candidate row's queue is not
--- paused. queue_pauses is tiny, so this is a hash lookup per candidate.
-NOT EXISTS (SELECT 1 FROM {schema}.queue_pauses AS qp WHERE qp.queue = {schema}.jobs.queue)
+-- paused. Both subqueries are uncorrelated: each runs once per claim (an
+-- InitPlan), not per candidate row.
+-- Written so the planner cannot misjudge it (issue 16, docs/benchmarks.md "How
+-- cost grows"): a correlated NOT EXISTS (and `queue <> ALL(...)` alone) is
+-- estimated from the queue column's statistics, and with the few distinct
+-- queues most tables have the planner concluded that almost no pending row
+-- passes; it then read and sorted *every* pending row instead of walking the
+-- claim index for the first few (a claim over 100,000 pending jobs took 130 ms
+-- instead of 1 ms, growing with the table). An OR with the "nothing is paused"
+-- test keeps the estimate at least half the rows, so the ordered index scan
+-- with its LIMIT wins, and with no pause (the usual case) each row's test is free.
+(NOT EXISTS (SELECT 1 FROM {schema}.queue_pauses)
+ OR {schema}.jobs.queue <> ALL (ARRAY(SELECT qp.queue FROM {schema}.queue_pauses AS qp)))
 
 -- name: queue_pause
 -- Idempotent: pausing a paused queue keeps its first pause time. Returns the queue.
