@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from jobwarden.controller import specs
+from jobwarden.schedules import validation
 
 
 def schedule(**changes: Any) -> dict[str, Any]:
@@ -122,3 +123,21 @@ def test_names_and_keys_are_namespaced_and_idempotent() -> None:
     assert specs.schedule_row_name("billing", "nightly") == "billing/nightly"
     assert specs.exclusive_unique_key("u-1", 3) == "exclusivejob:u-1:3"
     assert specs.source_of("east") == "kubernetes:east"
+
+
+def test_a_schedule_spec_is_validated_once_and_the_store_definition_kept(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The reconciler compares and applies ``validated``: nothing validates it again."""
+    real = validation.validate
+    calls: list[str] = []
+
+    def counted(name: str, **arguments: Any) -> Any:
+        calls.append(name)
+        return real(name, **arguments)
+
+    monkeypatch.setattr(validation, "validate", counted)
+    parsed = specs.parse_job_schedule(schedule(), row_name="ns/nightly", source="kubernetes:c")
+    assert calls == ["ns/nightly"]
+    assert parsed.validated is not None and parsed.validated.name == "ns/nightly"
+    assert parsed.validated.spec_hash == real(
+        "ns/nightly", **parsed.store_arguments(), source="kubernetes:c").spec_hash

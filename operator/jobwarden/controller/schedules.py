@@ -36,7 +36,6 @@ from jobwarden.controller import events, handlers, specs
 from jobwarden.controller import schedule_status as sst
 from jobwarden.controller import status as st
 from jobwarden.controller.runtime import Runtime
-from jobwarden.schedules import validation
 from jobwarden.structs.schedules import ScheduleRecord, ScheduleSpec
 
 logger = logging.getLogger("jobwarden.controller.schedules")
@@ -84,7 +83,8 @@ class ScheduleReconciler:
         previous: dict[str, Any] = dict(body.get("status") or {})
         now = dt.datetime.now(dt.UTC)
         try:
-            desired = specs.parse_job_schedule(body.get("spec"))
+            desired = specs.parse_job_schedule(body.get("spec"), row_name=row_name,
+                                               source=self.runtime.source)
         except specs.SpecError as exc:
             conditions = sst.schedule_conditions(
                 action=None, error=str(exc), suspended=None, row_name=row_name,
@@ -95,11 +95,11 @@ class ScheduleReconciler:
             self.runtime.reconciled(KIND, "invalid")
             return "invalid"
         store = self.runtime.client.schedules
+        # Validated once, by parse_job_schedule: the hash to compare and the definition
+        # to store come from that one call (the store applies it without validating again).
+        validated = desired.validated
+        assert validated is not None
         try:
-            # Validated once: the hash to compare and the definition to store come from
-            # this one call (the store applies it without validating it again).
-            validated = validation.validate(row_name, **desired.store_arguments(),
-                                            source=self.runtime.source)
             row = store.get(row_name)
             action = sst.decide_schedule(
                 row_exists=row is not None, row_source=row.source if row is not None else None,

@@ -21,9 +21,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobwarden import schedules
-from jobwarden.schedules import walltime
+from jobwarden.schedules import validation, walltime
 from jobwarden.structs.leases import lease_name
 from jobwarden.structs.policies import CatchUp, OnBusy, Overlap
+from jobwarden.structs.schedules import ScheduleSpec
 
 #: Where every schedule row that came from Kubernetes says it came from.
 SOURCE_PREFIX = "kubernetes:"
@@ -247,8 +248,9 @@ class JobScheduleSpec:
     """A valid ``JobSchedule`` resource spec, in the schedule store's vocabulary.
 
     Not the store's :class:`~jobwarden.structs.schedules.ScheduleSpec` (a validated
-    schedule row): :func:`jobwarden.schedules.validation.validate` turns this one's
-    :meth:`store_arguments` into that, once per reconciliation.
+    schedule row): :func:`parse_job_schedule` turns this one's :meth:`store_arguments`
+    into that with :func:`jobwarden.schedules.validation.validate`, once per
+    reconciliation, and keeps it as ``validated``.
     """
 
     cron: str | None
@@ -267,6 +269,9 @@ class JobScheduleSpec:
     failed_history: int | None = None
     #: Each run in a pod of its own (None: WorkerPool slots run it).
     pod_run: PodRunSpec | None = None
+    #: The store's validated definition of this spec (``parse_job_schedule`` sets it):
+    #: what the reconciler compares (its ``spec_hash``) and applies, validated once.
+    validated: ScheduleSpec | None = None
 
     def store_arguments(self) -> dict[str, Any]:
         """Keyword arguments of ``client.schedules.upsert`` (all but name and source)."""
@@ -285,8 +290,27 @@ class JobScheduleSpec:
         return f"{self.job.job_class} {when}"
 
 
-def parse_job_schedule(spec: Mapping[str, Any] | None) -> JobScheduleSpec:
-    """Validate a JobSchedule spec completely; raise :class:`SpecError` on the first fault."""
+#: The resource's field for each argument of ``validation.validate`` that can be at fault.
+_SCHEDULE_FIELD = {
+    "timezone": "timeZone", "catch_up": "catchUp",
+    "catch_up_window_seconds": "catchUpWindowSeconds", "catch_up_max": "catchUpMax",
+    "overlap": "concurrencyPolicy", "suspended": "suspend", "job_class": "job.class",
+    "data": "job.data", "queue": "job.queue", "priority": "job.priority",
+    "timeout_seconds": "job.timeoutSeconds", "max_retries": "job.maxRetries",
+}
+
+
+def parse_job_schedule(spec: Mapping[str, Any] | None, *, row_name: str = "jobschedule",
+                       source: str = "kubernetes") -> JobScheduleSpec:
+    """Validate a JobSchedule spec completely; raise :class:`SpecError` on the first fault.
+
+    The shape (types, required fields, choices, ranges) is read here; what makes
+    a schedule valid (its expression, zone, catch-up, job) is decided once, by
+    the store's own :func:`~jobwarden.schedules.validation.validate`, whose result
+    (the normalised definition and its ``spec_hash``) is kept as ``validated`` for
+    the reconciler to compare and apply without validating again. Its failure is
+    reported against the resource's field.
+    """
     reader = _Reader(spec, SCHEDULE_FIELDS)
     cron = reader.string("schedule")
     interval = reader.string("interval")
@@ -295,31 +319,21 @@ def parse_job_schedule(spec: Mapping[str, Any] | None) -> JobScheduleSpec:
                                     "or spec.interval (e.g. 30s, 5m, 2h)")
     timezone = reader.string("timeZone", default="UTC")
     assert timezone is not None
-    try:
-        # The zone is checked for intervals too (a typo is a typo), but an interval
-        # is epoch-aligned in UTC, so it is stored with UTC (the CRD documents that
-        # timeZone is ignored for intervals).
-        walltime.load_zone(timezone)
-    except schedules.ScheduleError as exc:
-        raise SpecError("timeZone", str(exc)) from exc
-    try:
-        if interval is not None:
-            schedules.parse(interval=interval)
-        else:
-            schedules.parse(cron, timezone=timezone)
-    except schedules.ScheduleError as exc:
-        raise SpecError("interval" if interval is not None else "schedule", str(exc)) from exc
+    if interval is not None:
+        # An interval is epoch-aligned in UTC, so it is stored with UTC (the CRD
+        # documents that timeZone is ignored for intervals); the zone is still
+        # checked, because a typo is a typo (for a cron schedule validate() does it).
+        try:
+            walltime.load_zone(timezone)
+        except schedules.ScheduleError as exc:
+            raise SpecError("timeZone", str(exc)) from exc
     catch_up = reader.choice("catchUp", ("latest", "none", "all"), default="latest")
     window = reader.integer("catchUpWindowSeconds", default=3600, minimum=60, maximum=2678400)
     most = reader.integer("catchUpMax", default=10, minimum=1, maximum=1000)
     assert window is not None and most is not None
-    try:
-        schedules.validate_catch_up(catch_up=catch_up, window_seconds=window, max_catch_up=most)
-    except schedules.ScheduleError as exc:
-        raise SpecError("catchUp", str(exc)) from exc
     overlap = reader.choice("concurrencyPolicy", ("Allow", "Forbid", "Replace"),
                             default="Allow")
-    return JobScheduleSpec(
+    parsed = JobScheduleSpec(
         cron=cron, interval=interval, timezone="UTC" if interval is not None else timezone,
         job=_job(reader), catch_up=catch_up,  # type: ignore[arg-type]
         catch_up_window_seconds=window, catch_up_max=most,
@@ -331,6 +345,13 @@ def parse_job_schedule(spec: Mapping[str, Any] | None) -> JobScheduleSpec:
         failed_history=reader.integer("failedJobsHistoryLimit", minimum=0, maximum=10000),
         pod_run=_pod_run(reader),
     )
+    try:
+        validated = validation.validate(row_name, **parsed.store_arguments(), source=source)
+    except schedules.ScheduleError as exc:
+        field = ("interval" if interval is not None else "schedule") \
+            if exc.field == "expression" else _SCHEDULE_FIELD.get(exc.field or "", "*")
+        raise SpecError(field, exc.detail) from exc
+    return dataclasses.replace(parsed, validated=validated)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

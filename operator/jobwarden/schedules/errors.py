@@ -13,4 +13,16 @@ __all__ = ["ScheduleError"]
 
 
 class ScheduleError(ValueError):
-    """A schedule expression, interval, time zone or catch-up setting is invalid."""
+    """A schedule expression, interval, time zone or catch-up setting is invalid.
+
+    ``field`` names the argument of ``validate`` at fault when known
+    (``expression``, ``timezone``, ``catch_up``, ``queue``, ...) and ``detail``
+    is the message without the schedule's name: the operator reports both
+    against the resource's own field (``spec.timeZone: ...``).
+    """
+
+    def __init__(self, message: str, *, field: str | None = None,
+                 detail: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.detail = message if detail is None else detail

@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from jobwarden import definitions, errors, textrules
-from jobwarden.schedules import expressions, planning
+from jobwarden.schedules import expressions, planning, walltime
 from jobwarden.schedules.errors import ScheduleError
 from jobwarden.structs import podruns, policies
 from jobwarden.structs.schedules import ScheduleSpec
@@ -36,8 +36,8 @@ MAX_CATCH_UP = 1000
 _INT32 = 2**31 - 1
 
 
-def _fail(name: str, message: str) -> ScheduleError:
-    return ScheduleError(f"schedule {name!r}: {message}")
+def _fail(name: str, message: str, field: str | None = None) -> ScheduleError:
+    return ScheduleError(f"schedule {name!r}: {message}", field=field, detail=message)
 
 
 def _check_name(name: object) -> str:
@@ -54,13 +54,14 @@ def _check_name(name: object) -> str:
     return name
 
 
-def _int(name: str, field: str, value: object, *, low: int, high: int = _INT32) -> int:
+def _int(name: str, field: str, value: object, *, low: int, high: int = _INT32,
+         argument: str | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _fail(name, f"{field} must be a whole number, got {value!r}")
+        raise _fail(name, f"{field} must be a whole number, got {value!r}", argument)
     if value < low:
-        raise _fail(name, f"{field} must be at least {low}, got {value}")
+        raise _fail(name, f"{field} must be at least {low}, got {value}", argument)
     if value > high:
-        raise _fail(name, f"{field} must be at most {high}, got {value}")
+        raise _fail(name, f"{field} must be at most {high}, got {value}", argument)
     return value
 
 
@@ -69,9 +70,9 @@ def _job_path(name: str, job: JobRef) -> tuple[str, type[definitions.Job] | None
     try:
         path, cls = definitions.reference(job, must_import=False, try_import=False)
     except errors.UnknownJob as exc:
-        raise _fail(name, str(exc)) from None
+        raise _fail(name, str(exc), "job_class") from None
     if len(path) > 512:
-        raise _fail(name, "job class path is longer than 512 characters")
+        raise _fail(name, "job class path is longer than 512 characters", "job_class")
     return path, cls
 
 
@@ -96,7 +97,7 @@ def _checked_data(name: str, job: JobRef, cls: type[definitions.Job] | None, dat
     try:
         encoded = definitions.encode_data(target, data)
     except errors.InvalidJobData as exc:
-        raise _fail(name, str(exc)) from None
+        raise _fail(name, str(exc), "data") from None
     return data if isinstance(job, str) else encoded
 
 
@@ -125,21 +126,26 @@ def validate(
     name = _check_name(name)
     # Expressions are short; a long one is refused before any message quotes it
     # (a 10 KB string must not come back in full in an error, a log or a status).
-    for field, text in (("cron expression", cron), ("interval", interval),
-                        ("time zone", timezone)):
+    for field, text, argument in (("cron expression", cron, "expression"),
+                                  ("interval", interval, "expression"),
+                                  ("time zone", timezone, "timezone")):
         if isinstance(text, str):
             if len(text) > MAX_EXPRESSION_LENGTH:
                 raise _fail(name, f"{field} is {len(text)} characters; at most "
-                                  f"{MAX_EXPRESSION_LENGTH} are allowed")
+                                  f"{MAX_EXPRESSION_LENGTH} are allowed", argument)
             if textrules.problem(text):
-                raise _fail(name, f"{field} {textrules.problem(text)}")
+                raise _fail(name, f"{field} {textrules.problem(text)}", argument)
     if timezone is None or not isinstance(timezone, str):
         raise _fail(name, f"time zone must be an IANA name such as 'Europe/Berlin', "
-                          f"got {timezone!r}")
+                          f"got {timezone!r}", "timezone")
+    try:
+        walltime.load_zone(timezone)  # first, so a bad zone is reported as the zone's fault
+    except ScheduleError as exc:
+        raise _fail(name, str(exc), "timezone") from None
     try:
         expr = expressions.parse(cron, interval=interval, timezone=timezone)
     except ScheduleError as exc:
-        raise _fail(name, str(exc)) from None
+        raise _fail(name, str(exc), "expression") from None
     path, cls = _job_path(name, job_class)
     # Resources applied to the cluster never make the operator import modules they name.
     data = _checked_data(name, job_class, cls, data, may_import=source in ("code", "cli"))
@@ -147,51 +153,53 @@ def validate(
         json.dumps(data, allow_nan=False)
         textrules.check_json_text(data)
     except (TypeError, ValueError) as exc:
-        raise _fail(name, f"job data must be JSON-serialisable: {exc}") from None
+        raise _fail(name, f"job data must be JSON-serialisable: {exc}", "data") from None
     if queue is None and cls is not None:
         queue = cls.queue
     if queue is not None and (not isinstance(queue, str) or not 1 <= len(queue) <= 128
                               or queue.strip() != queue or textrules.problem(queue)):
         shown = textrules.echo(queue) if isinstance(queue, str) else repr(queue)
         raise _fail(name, f"queue must be a non-blank name of at most 128 characters "
-                          f"(no NUL, valid Unicode), got {shown}")
+                          f"(no NUL, valid Unicode), got {shown}", "queue")
     if priority is None and cls is not None:
         priority = cls.priority
     if priority is not None:
-        priority = _int(name, "priority", priority, low=-_INT32 - 1)
+        priority = _int(name, "priority", priority, low=-_INT32 - 1, argument="priority")
     if timeout_seconds is None and cls is not None:
         timeout_seconds = float(cls.timeout)
     if timeout_seconds is not None:
         if isinstance(timeout_seconds, bool) or not isinstance(timeout_seconds, (int, float)) \
                 or not math.isfinite(timeout_seconds) or timeout_seconds <= 0:
             raise _fail(name, f"timeout_seconds must be a positive number, "
-                              f"got {timeout_seconds!r}")
+                              f"got {timeout_seconds!r}", "timeout_seconds")
         timeout_seconds = float(timeout_seconds)
     if max_retries is None and cls is not None:
         max_retries = cls.max_retries
     if max_retries is not None:
-        max_retries = _int(name, "max_retries", max_retries, low=0)
+        max_retries = _int(name, "max_retries", max_retries, low=0, argument="max_retries")
     if idempotent is None and cls is not None:
         idempotent = cls.idempotent
     if idempotent is not None and not isinstance(idempotent, bool):
         raise _fail(name, f"idempotent must be true or false, got {idempotent!r}")
     if catch_up not in policies.CATCH_UPS:
         allowed = ", ".join(repr(mode) for mode in policies.CATCH_UPS)
-        raise _fail(name, f"catch-up must be one of {allowed}, got {catch_up!r}")
+        raise _fail(name, f"catch-up must be one of {allowed}, got {catch_up!r}", "catch_up")
     window = _int(name, "catch-up window (seconds)", catch_up_window_seconds,
-                  low=planning.MIN_WINDOW_SECONDS)
-    cap = _int(name, "catch-up max", catch_up_max, low=1, high=MAX_CATCH_UP)
+                  low=planning.MIN_WINDOW_SECONDS, argument="catch_up_window_seconds")
+    cap = _int(name, "catch-up max", catch_up_max, low=1, high=MAX_CATCH_UP,
+               argument="catch_up_max")
     try:
         planning.validate_catch_up(catch_up=catch_up, window_seconds=window, max_catch_up=cap)
     except ScheduleError as exc:
-        raise _fail(name, str(exc)) from None
+        raise _fail(name, str(exc), "catch_up") from None
     policy = next((p for p in policies.OVERLAPS if isinstance(overlap, str) and p.lower() ==
                    overlap.lower()), None)
     if policy is None:
         allowed = ", ".join(policies.OVERLAPS)
-        raise _fail(name, f"overlap policy must be one of {allowed}, got {overlap!r}")
+        raise _fail(name, f"overlap policy must be one of {allowed}, got {overlap!r}",
+                    "overlap")
     if not isinstance(suspended, bool):
-        raise _fail(name, f"suspended must be true or false, got {suspended!r}")
+        raise _fail(name, f"suspended must be true or false, got {suspended!r}", "suspended")
     if not isinstance(source, str) or not source.strip() or len(source) > MAX_SOURCE_LENGTH:
         raise _fail(name, f"source must be a non-blank label of at most {MAX_SOURCE_LENGTH} "
                           f"characters, got {source!r}")
