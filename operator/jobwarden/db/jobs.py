@@ -131,16 +131,14 @@ class JobsTable:
         params: dict[str, Any] = {"host": host, "limit": limit, "grace": grace_seconds,
                                   "batch": batch or uuid.uuid4()}
         if host_cap:
-            with self._db.transaction() as conn:
-                gate = self._db.row("host_claim_lock", {"host": host}, conn=conn)
-                if gate is None or gate[1]:
-                    return []
-                params["cap"] = gate[0]
-                if queues:
-                    rows = self._db.rows("job_claim_capped_queues",
-                                         {**params, "queues": list(queues)}, conn=conn)
-                else:
-                    rows = self._db.rows("job_claim_capped_any", params, conn=conn)
+            # Lock the host row, then claim with a fresh snapshot (see the queries), in
+            # one transaction sent as one round trip: the claim reads the cap and the
+            # drain from the locked row itself, so nothing travels back in between.
+            name = "job_claim_capped_queues" if queues else "job_claim_capped_any"
+            if queues:
+                params["queues"] = list(queues)
+            rows = self._db.in_one_round_trip([("host_claim_lock", {"host": host}),
+                                               (name, params)])[1]
         elif queues:
             rows = self._db.rows("job_claim_queues", {**params, "queues": list(queues)})
         else:

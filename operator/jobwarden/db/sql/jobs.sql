@@ -465,9 +465,17 @@ SELECT now();
 -- The claim under the host registry's per-host cap. Runs in a transaction right
 -- after host_claim_lock (hosts.sql) locked this host's row, so this statement's
 -- snapshot already contains every claim a sibling process on the same host
--- committed: at most cap - running rows are claimed, across all of them.
--- %(cap)s NULL = no cap.
-WITH running AS (
+-- committed: at most cap - running rows are claimed, across all of them. The cap
+-- and the drain are read here from that locked row (both statements travel in
+-- one round trip): no cap claims up to the limit without counting; a draining or
+-- unregistered host claims nothing (LIMIT 0).
+WITH gate AS (
+    SELECT coalesce(h.host_cap, p.host_cap) AS cap
+    FROM {schema}.hosts AS h LEFT JOIN {schema}.host_pools AS p ON p.name = h.pool
+    WHERE h.name = %(host)s
+      AND NOT (h.draining AND (h.drain_expires_at IS NULL OR h.drain_expires_at > now()))
+),
+running AS (
     SELECT count(*) AS n FROM {schema}.jobs
     WHERE status = 'processing' AND claimed_by = %(host)s
 ),
@@ -476,16 +484,23 @@ picked AS (
     WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND run_at <= now()
       AND pod_run IS NULL AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
-    LIMIT greatest(least(%(limit)s::bigint,
-                         coalesce(%(cap)s::bigint - (SELECT n FROM running), %(limit)s::bigint)),
-                   0)
+    LIMIT coalesce((SELECT CASE WHEN g.cap IS NULL THEN %(limit)s::bigint
+                               ELSE greatest(least(%(limit)s::bigint,
+                                                   g.cap - (SELECT n FROM running)), 0) END
+                    FROM gate AS g), 0)
     FOR UPDATE SKIP LOCKED
 )
 {fragment_claim_rows};
 
 -- name: job_claim_capped_any
 -- As job_claim_capped_queues, over every queue.
-WITH running AS (
+WITH gate AS (
+    SELECT coalesce(h.host_cap, p.host_cap) AS cap
+    FROM {schema}.hosts AS h LEFT JOIN {schema}.host_pools AS p ON p.name = h.pool
+    WHERE h.name = %(host)s
+      AND NOT (h.draining AND (h.drain_expires_at IS NULL OR h.drain_expires_at > now()))
+),
+running AS (
     SELECT count(*) AS n FROM {schema}.jobs
     WHERE status = 'processing' AND claimed_by = %(host)s
 ),
@@ -494,9 +509,10 @@ picked AS (
     WHERE status = 'pending' AND run_at <= now() AND pod_run IS NULL
       AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
-    LIMIT greatest(least(%(limit)s::bigint,
-                         coalesce(%(cap)s::bigint - (SELECT n FROM running), %(limit)s::bigint)),
-                   0)
+    LIMIT coalesce((SELECT CASE WHEN g.cap IS NULL THEN %(limit)s::bigint
+                               ELSE greatest(least(%(limit)s::bigint,
+                                                   g.cap - (SELECT n FROM running)), 0) END
+                    FROM gate AS g), 0)
     FOR UPDATE SKIP LOCKED
 )
 {fragment_claim_rows};
