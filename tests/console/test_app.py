@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import datetime
 import logging
 
 import pytest
@@ -176,3 +177,43 @@ def test_the_access_log_holds_no_job_data_or_query(console: TestClient, client: 
                        if r.name.startswith(("jobwarden", "uvicorn")))
     assert f"GET /jobs/{job_id} 200" in logged and "GET /jobs 200" in logged
     assert "hunter2" not in logged
+
+
+def test_a_schedule_page_shows_next_slots_fates_and_runs_it_now(
+        console: TestClient, client: jobwarden.Client) -> None:
+    t0 = datetime.datetime(2030, 1, 7, 12, 0, 30, tzinfo=datetime.UTC)
+    client.schedules.upsert("team/report", interval="1m",
+                            job_class="tests.support.schedulejobs:Tick", overlap="Replace",
+                            now=t0)
+    client.schedules.enqueue_due(now=t0 + datetime.timedelta(minutes=1))
+    client.schedules.enqueue_due(now=t0 + datetime.timedelta(minutes=2))
+    listing = console.get("/schedules")
+    assert 'href="/schedules/team/report"' in listing.text
+    page = console.get("/schedules/team/report")
+    assert page.status_code == 200
+    assert 'data-fate="replaced">1<' in page.text and 'data-fate="enqueued">2<' in page.text
+    history = page.text.split('id="slot-history"', 1)[1].split("</table>", 1)[0]
+    assert history.index(">enqueued<") < history.index(">replaced<")  # newest first
+    assert page.text.count("<li>") >= 10  # the next ten slots
+    fragment = console.get("/schedules/team/report", params={"partial": "1"})
+    assert fragment.status_code == 200 and "<html" not in fragment.text
+    assert console.get("/schedules/nope").status_code == 404
+
+    before = len(client.db.jobs.schedule_recent("team/report", limit=100))
+    refused = console.post("/actions/run-schedule-now", data={"schedule": "team/report"})
+    assert refused.status_code == 403
+    assert len(client.db.jobs.schedule_recent("team/report", limit=100)) == before
+    token = csrf_of(console, "/schedules/team/report")
+    done = console.post("/actions/run-schedule-now",
+                        data={"schedule": "team/report", "csrf": token},
+                        follow_redirects=False)
+    assert done.status_code in (302, 303)
+    assert done.headers["location"].startswith("/schedules/team/report?notice=")
+    runs = client.db.jobs.schedule_recent("team/report", limit=100)
+    assert len(runs) == before + 1 and ":run-now:" in (runs[0].unique_key or "")
+    suspended = console.post("/actions/suspend-schedule",
+                             data={"schedule": "team/report", "csrf": token})
+    assert suspended.status_code == 200
+    record = client.schedules.get("team/report")
+    assert record is not None and record.suspended
+    assert "suspended (manual)" in console.get("/schedules/team/report").text

@@ -111,3 +111,24 @@ def test_run_now_enqueues_one_job_outside_the_slots_and_a_request_id_only_once(
     assert (after.next_slot, after.enqueued_count) == (before.next_slot, before.enqueued_count)
     missing = jw("schedules", "run-now", "nope", dsn=dsn)
     assert missing.returncode != 0 and "nope" in missing.stderr
+
+
+def test_slots_lists_the_last_slots_with_their_fate(dsn: str, client: Client) -> None:
+    t0 = dt.datetime(2030, 1, 7, 12, 0, 30, tzinfo=dt.UTC)
+    client.schedules.upsert("fated", interval="1m", job_class=JOB, overlap="Forbid",
+                            catch_up="all", catch_up_max=2, now=t0)
+    client.schedules.enqueue_due(now=t0 + dt.timedelta(minutes=4))
+    out = jw("schedules", "slots", "fated", "--json", dsn=dsn)
+    assert out.returncode == 0, out.stderr
+    shown = json.loads(out.stdout)
+    assert shown["counts"] == {"enqueued": 1, "skipped": 1, "missed": 2, "replaced": 0,
+                               "dropped": 0, "deferred": 0}
+    assert [(s["slot"][11:16], s["fate"]) for s in shown["slots"]] == [
+        ("12:04", "skipped"), ("12:03", "enqueued"), ("12:02", "missed"), ("12:01", "missed")]
+    assert shown["slots"][1]["job_id"] is not None
+    assert shown["slots"][1]["job_status"] == "pending"
+    table = jw("schedules", "slots", "fated", "-n", "2", dsn=dsn).stdout
+    assert "fates: enqueued 1, skipped 1, missed 2, replaced 0" in table
+    assert "skipped" in table and "missed" not in table.split("\n", 1)[1]
+    missing = jw("schedules", "slots", "nope", dsn=dsn)
+    assert missing.returncode == 6 and "nope" in missing.stderr

@@ -74,6 +74,14 @@ def register(subparsers: Any) -> None:
     add_json(show)
     show.set_defaults(handler=cmd_show)
 
+    slots = sub.add_parser("slots", help="the last slots with their fate (enqueued, skipped, "
+                                         "missed, replaced, dropped, deferred), newest first")
+    slots.add_argument("name")
+    slots.add_argument("-n", "--count", type=_positive, default=20,
+                       help="how many (default 20; at most 50 are kept)")
+    add_json(slots)
+    slots.set_defaults(handler=cmd_slots)
+
     upcoming = sub.add_parser("next", help="the next run times, in the schedule's zone and UTC")
     upcoming.add_argument("name")
     upcoming.add_argument("-n", "--count", type=_positive, default=5, help="how many")
@@ -190,10 +198,11 @@ def cmd_list(args: argparse.Namespace) -> int:
         return EXIT_OK
     print_table(
         ["NAME", "SCHEDULE", "JOB", "STATE", "NEXT", "LAST SLOT", "LAST JOB", "ENQUEUED",
-         "SKIPPED", "MISSED", "SOURCE"],
+         "SKIPPED", "MISSED", "REPLACED", "DROPPED", "DEFERRED", "SOURCE"],
         [[r.name, _expression(r), r.job_class, _state(r), _when(r.next_slot),
           _when(r.last_slot), r.last_job_status or "-", r.enqueued_count, r.skipped_count,
-          r.missed_count, r.source] for r in found])
+          r.missed_count, r.replaced_count, r.dropped_count, r.deferred_count, r.source]
+         for r in found])
     return EXIT_OK
 
 
@@ -209,6 +218,25 @@ def cmd_show(args: argparse.Namespace) -> int:
             if key == "data" and value is not None:
                 value = json.dumps(value)
             print(f"{key:>24}: {'' if value is None else value}")
+    return EXIT_OK
+
+
+def cmd_slots(args: argparse.Namespace) -> int:
+    """The schedule's slot history: each slot's fate, its job and the job's status now."""
+    with common.client(args) as client:
+        record = client.schedules.get(args.name)
+        if record is None:
+            return _not_found(args.name)
+        history = client.db.schedules.slots(args.name, limit=args.count)
+    if args.json:
+        print_json({"name": record.name, "counts": record.fate_counts(),
+                    "slots": [s.as_json() for s in history]})
+        return EXIT_OK
+    print("fates: " + ", ".join(f"{fate} {count}"
+                                for fate, count in record.fate_counts().items()))
+    print_table(["SLOT (UTC)", "FATE", "JOB", "JOB STATUS"],
+                [[_when(s.slot), s.fate, s.job_id or "-", s.job_status or "-"]
+                 for s in history])
     return EXIT_OK
 
 

@@ -28,7 +28,7 @@ def _job_id(form: Mapping[str, str]) -> int:
 
 def _name(form: Mapping[str, str], field: str) -> str:
     value = form.get(field, "")
-    if not 1 <= len(value) <= 255:
+    if not 1 <= len(value) <= 320:
         raise ValueError(f"a {field} is required")
     return value
 
@@ -86,6 +86,16 @@ def resume_schedule(ctx: Context, form: Mapping[str, str]) -> str:
     return with_notice("/schedules", f"resumed {name}" if found else f"no schedule {name}")
 
 
+def run_schedule_now(ctx: Context, form: Mapping[str, str]) -> str:
+    """``jobwarden schedules run-now``: one run outside the slots (the same store call)."""
+    name = _name(form, "schedule")
+    back = "/schedules/" + urllib.parse.quote(name, safe="/")
+    if ctx.client.schedules.get(name) is None:
+        return with_notice("/schedules", f"no schedule {name}")
+    run = ctx.client.schedules.run_now(name)
+    return with_notice(back, f"run-now enqueued job {run.job_id}")
+
+
 _VERB = {"retry": "retried", "cancel": "cancelled (running ones asked to stop)",
          "purge": "purged"}
 
@@ -109,5 +119,6 @@ def bulk(ctx: Context, form: Mapping[str, str]) -> str | tuple[str, dict[str, An
 ACTIONS: dict[str, Action] = {
     "retry": retry_job, "cancel": cancel_job, "pause-queue": pause_queue,
     "resume-queue": resume_queue, "drain-host": drain_host, "resume-host": resume_host,
-    "suspend-schedule": suspend_schedule, "resume-schedule": resume_schedule, "bulk": bulk,
+    "suspend-schedule": suspend_schedule, "resume-schedule": resume_schedule,
+    "run-schedule-now": run_schedule_now, "bulk": bulk,
 }

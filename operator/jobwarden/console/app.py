@@ -71,6 +71,7 @@ def build_app(client: Client, settings: ConsoleSettings) -> Starlette:
         Route("/jobs", context.page(pages.jobs)),
         Route("/jobs/{job_id:int}", context.page(pages.job)),
         Route("/schedules", context.page(pages.schedules)),
+        Route("/schedules/{name:path}", context.page(pages.schedule)),
         Route("/leases", context.page(pages.leases)),
         Route("/hosts", context.page(pages.hosts)),
         Route("/healthz", lambda _request: PlainTextResponse("ok")),

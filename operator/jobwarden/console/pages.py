@@ -237,6 +237,33 @@ def schedules(ctx: Context, request: Request) -> tuple[str, dict[str, Any]]:
                               "recent": recent, "live_url": "/schedules?partial=1"}
 
 
+#: Slots of a schedule's fate history shown on its page (the table keeps up to 50).
+SLOT_HISTORY_SHOWN = 30
+
+
+def schedule(ctx: Context, request: Request) -> tuple[str, dict[str, Any]]:
+    """One schedule: facts, the next slots, every fate's count, the last slots' fates."""
+    name: str = request.path_params["name"]
+    store = ctx.client.schedules
+    record = store.get(name)
+    if record is None:
+        raise errors.JobNotFound(f"no schedule named {name!r}")
+    upcoming: list[datetime.datetime] = []
+    if not record.suspended:
+        try:
+            upcoming = store.next_slots(name, count=10)
+        except ValueError:
+            upcoming = []
+    path = "/schedules/" + urllib.parse.quote(name, safe="/")
+    return "schedule.html", {
+        "title": f"Schedule {name}", "schedule": record, "upcoming": upcoming,
+        "fates": record.fate_counts(),
+        "slots": ctx.client.db.schedules.slots(name, limit=SLOT_HISTORY_SHOWN),
+        "recent": ctx.client.db.jobs.schedule_recent(name, limit=10),
+        "active": store.active_jobs(name), "live_url": f"{path}?partial=1",
+    }
+
+
 def leases(ctx: Context, request: Request) -> tuple[str, dict[str, Any]]:
     return "leases.html", {"title": "Leases", "leases": ctx.client.db.leases.list(limit=1000),
                            "live_url": "/leases?partial=1"}
