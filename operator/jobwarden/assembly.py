@@ -31,6 +31,8 @@ from jobwarden.db.database import Database
 from jobwarden.exclusive import ExclusiveJobs
 from jobwarden.gauge_extension import GaugeExtension
 from jobwarden.membership import HostMembership
+from jobwarden.podruns.leasing import PodRunLease
+from jobwarden.podruns.runjob import PodRunWorker
 from jobwarden.schedules.service import ScheduleExtension
 from jobwarden.settings import WorkerSettings
 from jobwarden.tick import SchedulePass, Ticker, TickExtension
@@ -38,7 +40,7 @@ from jobwarden.upkeep import RetentionExtension
 from jobwarden.worker.extensions import WorkerExtension
 from jobwarden.worker.worker import ExtensionFactory, Worker
 
-__all__ = ["build_ticker", "build_worker"]
+__all__ = ["build_pod_run_worker", "build_ticker", "build_worker"]
 
 
 class _Schedules:
@@ -86,3 +88,17 @@ def build_ticker(db: Database, settings: WorkerSettings) -> Ticker:
     worker = Worker(db, settings, extensions=[ExclusiveJobs.for_worker, HostMembership,
                                               schedules.build])
     return Ticker(worker, standalone=True, run_schedules=schedules.tick_pass)
+
+
+def build_pod_run_worker(db: Database, settings: WorkerSettings, *,
+                         lease_token: int | None) -> PodRunWorker:
+    """``jobwarden run-job``: a worker that is never started, for a pod's one attempt.
+
+    Only the lease extension, adopting the lease the operator took at claim
+    (``lease_token``); no host registry (a pod run's pod is not a pool host: no
+    cap, no drain), no schedule runner, no routes. Tracing as for any worker.
+    """
+    factories: list[ExtensionFactory] = [PodRunLease.factory(lease_token)]
+    if tracing.enabled():
+        factories.insert(0, attempt_tracing.TracingExtension)
+    return PodRunWorker(db, settings, extensions=factories)

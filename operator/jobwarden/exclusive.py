@@ -119,7 +119,7 @@ def busy_outcome(attempt: Attempt, found: Acquisition, *, kind: LeaseKind,
     return Released(delay_seconds=busy.delay_seconds, deferral=True, reason="lease_busy")
 
 
-class _Held(LeaseHolder):
+class JobLease(LeaseHolder):
     """An attempt's lease: the shared holder, and the job it is held for (for the logs)."""
 
     def __init__(self, db: Database, acquisition: Acquisition, *, attempt: Attempt,
@@ -148,14 +148,14 @@ class ExclusiveJobs(Extension):
     def __init__(self, db: Database, *, host: str) -> None:
         self._db = db
         self._host = host
-        self._held: dict[int, _Held] = {}  # claim id -> the lease its attempt holds
+        self._held: dict[int, JobLease] = {}  # claim id -> the lease its attempt holds
         self._lock = threading.Lock()
 
     @classmethod
     def for_worker(cls, worker: Worker) -> ExclusiveJobs:
         return cls(worker.db, host=worker.host)
 
-    def held(self, attempt: Attempt) -> _Held | None:
+    def held(self, attempt: Attempt) -> JobLease | None:
         with self._lock:
             return self._held.get(attempt.claim.id)
 
@@ -188,7 +188,7 @@ class ExclusiveJobs(Extension):
             assert found.token is not None
             attempt.lease_name = name
             attempt.lease_token = found.token
-            held = _Held(self._db, found, attempt=attempt, owner=owner, window=window,
+            held = JobLease(self._db, found, attempt=attempt, owner=owner, window=window,
                          kind=kind, requested_at=sent)
             with self._lock:
                 self._held[claim.id] = held
@@ -256,6 +256,14 @@ class ExclusiveJobs(Extension):
             logger.debug("lease renewal failed: %s", exc)
 
     # -- release: after perform ----------------------------------------------------------
+
+    def forget(self, attempt: Attempt) -> None:
+        """Stop holding the attempt's lease here without a release (it was released
+        with the attempt's outcome, in the same statement: ``jobwarden run-job``)."""
+        with self._lock:
+            held = self._held.pop(attempt.claim.id, None)
+        if held is not None:
+            held.abandon()
 
     def release(self, attempt: Attempt) -> bool:
         """Release the attempt's lease; True when it had been lost before the end.

@@ -47,6 +47,7 @@ COMMAND_MODULES = [
     "jobwarden.cli.queues",
     "jobwarden.cli.console",
     "jobwarden.cli.top",
+    "jobwarden.cli.runjob",
 ]
 
 _ERROR_CODES: list[tuple[type[BaseException], int]] = [

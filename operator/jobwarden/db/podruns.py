@@ -51,11 +51,16 @@ class PodRunsTable:
         rows = self._db.rows("pod_run_claims_of_batch", {"claimant": claimant, "batch": batch})
         return [_row(r) for r in rows]
 
-    def start(self, *, job_id: int, claim_token: uuid.UUID, host: str,
-              grace_seconds: float) -> PodRunRow | None:
-        """Record that run-job started under this claim; None when the claim is gone."""
+    def start(self, *, job_id: int, claim_token: uuid.UUID, host: str, grace_seconds: float,
+              lease_token: int | None = None) -> PodRunRow | None:
+        """Record that run-job started under this claim; None when the claim is gone.
+
+        ``lease_token``: the one handed to the pod; a claim that recorded another
+        one is not this pod's (None: not checked).
+        """
         found = self._db.row("pod_run_start", {"id": job_id, "token": claim_token,
-                                               "host": host, "grace": grace_seconds})
+                                               "host": host, "grace": grace_seconds,
+                                               "lease_token": lease_token})
         return _row(found) if found else None
 
     def attempt_of(self, *, job_id: int, claim_token: uuid.UUID) -> int | None:

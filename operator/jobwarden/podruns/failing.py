@@ -57,24 +57,30 @@ def fail_pod_run(db: Database, job_id: int, claim_token: str | uuid.UUID, *,
     if not isinstance(message, str):
         raise errors.InvalidInput("message must be a string")
     error = textrules.check_text(failure_error(cause, message), "message")
-    attempt = db.podruns.attempt_of(job_id=wanted, claim_token=token)
-    if attempt is None:
-        logger.info("pod run job %d: %s reported after its claim ended (nothing changed)",
-                    wanted, cause)
-        return None
-    done = db.podruns.fail(job_id=wanted, claim_token=token, error=error,
-                           retry_in_seconds=definitions.Job.backoff(attempt))
+    return record(db, job_id=wanted, claim_token=token, error=error)
+
+
+def record(db: Database, *, job_id: int, claim_token: uuid.UUID, error: str) -> str | None:
+    """Write a pod run's end without an outcome (``error`` says why); status after, or None.
+
+    Shared by :func:`fail_pod_run` (the operator saw the pod end) and ``jobwarden
+    run-job`` (SIGTERM stopped the job before it finished): one rule, one count.
+    """
+    attempt = db.podruns.attempt_of(job_id=job_id, claim_token=claim_token)
+    done = None if attempt is None else db.podruns.fail(
+        job_id=job_id, claim_token=claim_token, error=error,
+        retry_in_seconds=definitions.Job.backoff(attempt))
     if done is None:
-        logger.info("pod run job %d: %s reported after its claim ended (nothing changed)",
-                    wanted, cause)
+        logger.info("pod run job %d: %r reported after its claim ended (nothing changed)",
+                    job_id, error)
         return None
     metrics.prime_job(done.queue, done.job_class)
     if done.status is JobStatus.INTERRUPTED:
         metrics.JOBS_INTERRUPTED.labels(done.queue, done.job_class).inc()
     else:
         onbusy.count_failure(done.queue, done.job_class, "pod_failure", done.status)
-    logger.warning("pod run job %d (%s) attempt %d: pod %s -> %s", wanted, done.job_class,
-                   attempt, cause, done.status.value)
+    logger.warning("pod run job %d (%s) attempt %d: %s -> %s", job_id, done.job_class,
+                   attempt, error, done.status.value)
     return done.status.value
 
 

@@ -54,8 +54,10 @@ class Outcomes:
         self._failure_hook = self._load_failure_hook(failure_hook)
         self._hooks = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jobwarden-hooks")
 
-    def close(self) -> None:
-        self._hooks.shutdown(wait=False)
+    def close(self, *, wait: bool = False) -> None:
+        """Stop the hook thread; ``wait``: after the hooks already queued have run
+        (``jobwarden run-job`` exits right after its one attempt)."""
+        self._hooks.shutdown(wait=wait)
 
     def recorded(self, attempt: Attempt, outcome: Outcome, status: JobStatus | None) -> None:
         """The recorder wrote ``outcome`` (``status`` None: the write was fenced)."""

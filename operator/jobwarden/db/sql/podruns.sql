@@ -59,12 +59,14 @@ WHERE j.status = 'processing' AND j.claimed_by = %(claimant)s AND j.pod_run IS N
 -- until now) and where (claimed_by = the pod, for the attempt history and the
 -- reaper's message), and moves the reap deadline from the start deadline to the
 -- heartbeat grace. Retried after a lost reply it matches again (same token, still
--- processing), so the start is never ambiguous.
+-- processing), so the start is never ambiguous. A lease token handed in must be the
+-- one the claim recorded (a pod handed another claim's token never starts).
 UPDATE {schema}.jobs AS j
 SET claimed_by = %(host)s, heartbeat_at = now(),
     claim_expires_at = now() + make_interval(secs => %(grace)s), updated_at = now()
 WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'processing'
   AND j.pod_run IS NOT NULL
+  AND (%(lease_token)s::bigint IS NULL OR j.lease_token = %(lease_token)s::bigint)
 RETURNING {fragment_pod_run_columns};
 
 -- name: pod_run_fail
