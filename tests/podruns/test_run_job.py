@@ -21,9 +21,12 @@ from jobwarden.db.database import Database
 from jobwarden.podruns import runjob
 from jobwarden.structs.states import JobStatus
 from tests.conftest import audit_rows
-from tests.podruns.support import CLAIMANT, POD, enqueue_pod_run, row
+from tests.podruns.support import CLAIMANT, POD, enqueue_pod_run, hold_lease, row
 from tests.support import testjobs
 from tests.support.waiting import wait_for
+
+#: Every test here starts real `jobwarden run-job` processes.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 FAST = ("--heartbeat-interval", "0.2", "--heartbeat-grace", "1.5")
@@ -210,7 +213,6 @@ def test_bad_input_is_one_line_and_its_exit_code_and_changes_nothing(
     assert claim.job_id == job_id
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("job", "after"), [
     (testjobs.Sleepy, JobStatus.PENDING), (testjobs.SleepyOnce, JobStatus.INTERRUPTED),
 ], ids=["idempotent-retried", "non-idempotent-interrupted"])
@@ -237,7 +239,6 @@ def test_a_sigkilled_run_job_gets_the_dead_worker_rules_and_never_runs_twice(
     assert len(audit_rows(dsn, "start")) == 1
 
 
-@pytest.mark.slow
 def test_sigterm_lets_the_job_finish_within_the_stop_grace(
         client: jobwarden.Client, db: Database, run_job: Spawn, dsn: str) -> None:
     job_id = enqueue_pod_run(client, {"seconds": 1.0}, job=testjobs.SleepyOnce)
@@ -250,7 +251,6 @@ def test_sigterm_lets_the_job_finish_within_the_stop_grace(
     assert [r[3] for r in audit_rows(dsn)] == ["start", "end"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("job", "cancel", "after"), [
     (testjobs.Sleepy, False, JobStatus.PENDING),
     (testjobs.SleepyOnce, False, JobStatus.INTERRUPTED),
@@ -282,3 +282,19 @@ def test_sigterm_past_the_stop_grace_records_the_stop_by_the_rules(
     [lease] = db.leases.read("key:sigterm")
     assert lease.owner is None and lease.token == claim.lease_token
     assert audit_rows(dsn, "end") == []
+
+
+def test_a_lease_lost_before_the_pod_started_defers_the_run(
+        client: jobwarden.Client, db: Database, run_job: Spawn, dsn: str) -> None:
+    job_id = enqueue_pod_run(client, {"n": 1}, lease_name="key:lapsed", on_busy="defer")
+    claim = _claim(db)
+    with db.connection() as conn:  # the pod was slow: the lease lapsed, another owner took it
+        conn.execute("UPDATE jobwarden.leases SET expires_at = now() - interval '1 second' "
+                     "WHERE name = 'key:lapsed'")
+    hold_lease(db, "key:lapsed")
+
+    code, err = _finish(run_job(claim))
+
+    assert code == runjob.EXIT_NOT_RUN, err
+    assert audit_rows(dsn) == []
+    assert row(db, job_id, "status::text", "attempts", "deferrals") == ("pending", 0, 1)

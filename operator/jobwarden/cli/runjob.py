@@ -154,7 +154,10 @@ def cmd_run_job(args: argparse.Namespace) -> int:
             print(f"jobwarden: error: the claim of job {config.job_id} is no longer valid "
                   "(reaped, claimed again, finished or cancelled): not run", file=sys.stderr)
             return runjob.EXIT_FENCED
-        worker = build_pod_run_worker(db, config.worker, lease_token=config.lease_token)
+        # Without a handed token (a hand-made pod spec), the one the claim recorded: the
+        # lease is this claim's either way (the start above checked a handed one).
+        worker = build_pod_run_worker(db, config.worker,
+                                      lease_token=config.lease_token or row.lease_token)
         return runjob.run_job(worker, row, config)
     finally:
         db.close()
