@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from jobwarden import errors, logfields, settings
 from jobwarden.cli import arguments, common
-from jobwarden.cli.worker import _csv, _env_duration
+from jobwarden.cli.worker import _csv
 
 if TYPE_CHECKING:  # imported when the command runs: the CLI loads every command module
     from jobwarden.podruns.runjob import RunJobSettings
@@ -113,7 +113,7 @@ def run_job_settings(args: argparse.Namespace) -> RunJobSettings:
 
     def seconds(flag: str, env: str, default: float) -> float:
         given: float | None = getattr(args, flag)
-        value = given if given is not None else _env_duration(env, default)
+        value = given if given is not None else settings.env_duration(env, default)
         if value <= 0:
             raise errors.ConfigurationError(f"{env} must be more than 0s")
         return value
