@@ -39,7 +39,15 @@ from typing import Any, cast
 
 import kopf
 
-from jobwarden.controller import exclusive_jobs, periodic, pools, resyncing, schedules
+from jobwarden.controller import (
+    exclusive_jobs,
+    periodic,
+    podrunning,
+    pools,
+    resyncing,
+    schedules,
+)
+from jobwarden.controller.caching import ObjectCache
 from jobwarden.controller.config import OperatorConfig
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
@@ -53,7 +61,7 @@ ANNOTATIONS_PREFIX = "kopf.jobwarden.io"
 READY_DB_GRACE_SECONDS = 30.0
 
 #: One module per custom resource; each has ``register(registry, runtime)``.
-RESOURCE_MODULES = (schedules, exclusive_jobs, pools)
+RESOURCE_MODULES = (schedules, exclusive_jobs, pools, podrunning)
 
 
 def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
@@ -171,6 +179,7 @@ class Operator:
                  login: Callable[..., kopf.ConnectionInfo | None] | None = None) -> None:
         self.config = config
         self.runtime = Runtime(db, config)
+        self.runtime.pod_runs = podrunning.PodRuns(self.runtime, cache=ObjectCache())
         self.registry = build_registry(self.runtime, login=login)
         self.loops, self.gauges = periodic.loops(self.runtime)
         self.periodic = periodic.Periodic(self.runtime, self.loops)

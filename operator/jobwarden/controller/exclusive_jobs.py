@@ -34,7 +34,7 @@ from typing import Any
 import kopf
 
 from jobwarden import errors
-from jobwarden.controller import events, handlers, specs
+from jobwarden.controller import events, handlers, podrunning, specs
 from jobwarden.controller import exclusive_status as xst
 from jobwarden.controller import status as st
 from jobwarden.controller.runtime import Runtime
@@ -74,7 +74,8 @@ class ExclusiveJobReconciler:
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
 
-    def enqueue(self, spec: specs.ExclusiveJobSpec, *, uid: str, generation: int) -> int:
+    def enqueue(self, spec: specs.ExclusiveJobSpec, *, uid: str, generation: int,
+                pod_run: str | None = None) -> int:
         job = spec.job
         prepared = self.runtime.client.spec(
             job.job_class, job.data, queue=job.queue, priority=job.priority,
@@ -82,7 +83,8 @@ class ExclusiveJobReconciler:
             unique_key=specs.exclusive_unique_key(uid, generation), check=False)
         prepared = dataclasses.replace(
             prepared, lease_name=spec.lease_name, on_busy=spec.on_busy,
-            lease_ttl_seconds=float(spec.lease_ttl_seconds) if spec.lease_ttl_seconds else None)
+            lease_ttl_seconds=float(spec.lease_ttl_seconds) if spec.lease_ttl_seconds else None,
+            pod_run=pod_run if spec.pod_run is not None else None)
         result = self.runtime.client.enqueue_specs([prepared])[0]
         return result.id
 
@@ -100,6 +102,7 @@ class ExclusiveJobReconciler:
         meta = body.get("metadata", {})
         generation = meta.get("generation")
         uid = str(meta.get("uid"))
+        namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
         previous: dict[str, Any] = dict(body.get("status") or {})
         now = dt.datetime.now(dt.UTC)
         try:
@@ -115,7 +118,8 @@ class ExclusiveJobReconciler:
         try:
             job_id = current_job_id(previous, generation)
             if job_id is None:
-                job_id = self.enqueue(spec, uid=uid, generation=int(generation or 0))
+                job_id = self.enqueue(spec, uid=uid, generation=int(generation or 0),
+                                      pod_run=specs.pod_run_name(KIND, namespace, name))
                 result = "created"
                 logger.info("%s/%s: job %d enqueued under lease %r [%s]",
                             meta.get("namespace"), meta.get("name"), job_id, spec.lease_name,
@@ -125,6 +129,8 @@ class ExclusiveJobReconciler:
                     self._supersede(body, old)
             job = self.runtime.db.jobs.get(job_id)
             lease = self.read_lease(self.lease_of(job, spec))
+            pods = self.runtime.pod_runs.reconcile(KIND, meta, spec.pod_run) \
+                if self.runtime.pod_runs is not None else None
         except errors.DatabaseUnavailable as exc:
             self.runtime.failed(KIND)
             self.runtime.health.database(False)
@@ -137,6 +143,8 @@ class ExclusiveJobReconciler:
         if job is None:
             desired["jobId"] = str(job_id)  # keep the id even when the row is gone
         self._write(body, patch, previous, desired)
+        for key, value in podrunning.status_delta(previous, pods or {}).items():
+            patch.status[key] = value
         self.runtime.reconciled(KIND, result)
         return result
 
@@ -163,6 +171,8 @@ class ExclusiveJobReconciler:
     def delete(self, *, body: kopf.Body) -> None:
         """Cancel the job if it has not started; a running or finished job is left as is."""
         meta = body.get("metadata", {})
+        if self.runtime.pod_runs is not None:
+            self.runtime.pod_runs.forget(str(meta.get("uid")))
         status: dict[str, Any] = dict(body.get("status") or {})
         generation = meta.get("generation")
         recorded = current_job_id(status, status.get("observedGeneration"))

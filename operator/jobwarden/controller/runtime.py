@@ -12,6 +12,7 @@ import dataclasses
 import threading
 import time
 import uuid
+from typing import TYPE_CHECKING
 
 from jobwarden import metrics
 from jobwarden.client import Client
@@ -20,6 +21,9 @@ from jobwarden.controller.config import OperatorConfig
 from jobwarden.controller.kinds import Kind
 from jobwarden.controller.kubeclient import KubeClient
 from jobwarden.db.database import Database
+
+if TYPE_CHECKING:
+    from jobwarden.controller.podrunning import PodRuns
 
 
 @dataclasses.dataclass
@@ -59,6 +63,9 @@ class Runtime:
         self.kopf_context: contextvars.Context | None = None
         #: True while kopf peering pauses this replica for a higher-priority one.
         self.paused = False
+        #: Runs in pods of their own (the operator sets it; None where only the
+        #: reconcilers are tested): the JobSchedule / ExclusiveJob passes call it.
+        self.pod_runs: PodRuns | None = None
 
     @staticmethod
     def reconciled(kind: str, result: str) -> None:

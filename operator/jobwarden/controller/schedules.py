@@ -32,7 +32,7 @@ from typing import Any
 import kopf
 
 from jobwarden import errors
-from jobwarden.controller import events, handlers, specs
+from jobwarden.controller import events, handlers, podrunning, specs
 from jobwarden.controller import schedule_status as sst
 from jobwarden.controller import status as st
 from jobwarden.controller.runtime import Runtime
@@ -83,8 +83,9 @@ class ScheduleReconciler:
         previous: dict[str, Any] = dict(body.get("status") or {})
         now = dt.datetime.now(dt.UTC)
         try:
-            desired = specs.parse_job_schedule(body.get("spec"), row_name=row_name,
-                                               source=self.runtime.source)
+            desired = specs.parse_job_schedule(
+                body.get("spec"), row_name=row_name, source=self.runtime.source,
+                pod_run_ref=specs.pod_run_name(KIND, namespace, str(meta.get("name"))))
         except specs.SpecError as exc:
             conditions = sst.schedule_conditions(
                 action=None, error=str(exc), suspended=None, row_name=row_name,
@@ -114,6 +115,15 @@ class ScheduleReconciler:
             self.runtime.health.database(False)
             raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
         self.runtime.health.database(True)
+        pods: dict[str, Any] | None = None
+        if self.runtime.pod_runs is not None:
+            try:
+                pods = self.runtime.pod_runs.reconcile(
+                    KIND, meta, desired.pod_run, successful_history=desired.successful_history,
+                    failed_history=desired.failed_history)
+            except errors.DatabaseUnavailable as exc:
+                self.runtime.failed(KIND)
+                raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
         conditions = sst.schedule_conditions(
             action=action, error=None,
             suspended=bool(row.suspended) if row is not None else desired.suspended,
@@ -132,6 +142,8 @@ class ScheduleReconciler:
                 raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
         self._write(body, patch, previous, desired_status, action=action, row_name=row_name,
                     describe=desired.describe(), extra=posted)
+        for key, value in podrunning.status_delta(previous, pods or {}).items():
+            patch.status[key] = value
         result = {"create": "created", "update": "updated", "none": "unchanged",
                   "conflict": "conflict"}[action]
         self.runtime.reconciled(KIND, result)
@@ -192,6 +204,8 @@ class ScheduleReconciler:
         meta = body.get("metadata", {})
         row_name = specs.schedule_row_name(str(meta.get("namespace") or "default"),
                                            str(meta.get("name")))
+        if self.runtime.pod_runs is not None:
+            self.runtime.pod_runs.forget(str(meta.get("uid")))
         store = self.runtime.client.schedules
         try:
             row = store.get(row_name)

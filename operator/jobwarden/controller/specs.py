@@ -301,7 +301,8 @@ _SCHEDULE_FIELD = {
 
 
 def parse_job_schedule(spec: Mapping[str, Any] | None, *, row_name: str = "jobschedule",
-                       source: str = "kubernetes") -> JobScheduleSpec:
+                       source: str = "kubernetes",
+                       pod_run_ref: str | None = None) -> JobScheduleSpec:
     """Validate a JobSchedule spec completely; raise :class:`SpecError` on the first fault.
 
     The shape (types, required fields, choices, ranges) is read here; what makes
@@ -309,7 +310,8 @@ def parse_job_schedule(spec: Mapping[str, Any] | None, *, row_name: str = "jobsc
     the store's own :func:`~jobwarden.schedules.validation.validate`, whose result
     (the normalised definition and its ``spec_hash``) is kept as ``validated`` for
     the reconciler to compare and apply without validating again. Its failure is
-    reported against the resource's field.
+    reported against the resource's field. ``pod_run_ref`` is the resource's
+    :func:`pod_run_name`, stored on the row when the spec has a pod template.
     """
     reader = _Reader(spec, SCHEDULE_FIELDS)
     cron = reader.string("schedule")
@@ -346,7 +348,9 @@ def parse_job_schedule(spec: Mapping[str, Any] | None, *, row_name: str = "jobsc
         pod_run=_pod_run(reader),
     )
     try:
-        validated = validation.validate(row_name, **parsed.store_arguments(), source=source)
+        validated = validation.validate(
+            row_name, **parsed.store_arguments(), source=source,
+            pod_run=pod_run_ref if parsed.pod_run is not None else None)
     except schedules.ScheduleError as exc:
         field = ("interval" if interval is not None else "schedule") \
             if exc.field == "expression" else _SCHEDULE_FIELD.get(exc.field or "", "*")

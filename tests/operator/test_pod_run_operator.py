@@ -1,0 +1,144 @@
+"""Runs in pods of their own through the real operator, the emulated API and PostgreSQL.
+
+No kubelet here: the emulated API keeps every pod Pending, which is exactly a
+pod that never starts. The emulator tier with a process kubelet (tests/e2e) and
+the real control plane (tests/cluster) run the pods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from jobwarden.client import Client
+from jobwarden.controller import podrunning, runpods
+from jobwarden.structs.states import JobStatus
+from tests.operator.conftest import OperatorProcess
+from tests.support.kube import KubeAPI, Kubectl
+from tests.support.waiting import wait_for
+
+TEMPLATE = """
+  podTemplate:
+    metadata: {labels: {team: billing}}
+    spec:
+      containers:
+        - name: job
+          image: example/jobs:1
+          resources: {limits: {memory: 64Mi}}
+  dsnSecretRef: {name: jobwarden-dsn}
+"""
+SCHEDULE = """
+apiVersion: jobwarden.io/v1alpha1
+kind: JobSchedule
+metadata: {name: export}
+spec:
+  interval: 2s
+  job: {class: "tests.support.testjobs:Noop"}
+  startDeadlineSeconds: 10
+""" + TEMPLATE
+EXCLUSIVE = """
+apiVersion: jobwarden.io/v1alpha1
+kind: ExclusiveJob
+metadata: {name: migrate}
+spec:
+  job: {class: "tests.support.testjobs:Noop"}
+  concurrencyKey: schema-lock
+  lease: {onBusy: defer}
+""" + TEMPLATE
+
+
+def run_pods(api: KubeAPI, kind: str | None = None) -> list[dict[str, Any]]:
+    pods = api.list("pods", "default", labels=runpods.POD_RUN_LABEL)
+    return [p for p in pods if kind is None
+            or p["metadata"]["labels"].get(runpods.KIND_LABEL) == kind]
+
+
+def env_of(pod: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in pod["spec"]["containers"][0]["env"]}
+
+
+def test_one_pod_per_slot_across_two_operators_and_a_pod_that_never_starts_is_reported(
+        kube_api: KubeAPI, kubectl: Kubectl, client: Client,
+        start_operator: Callable[..., OperatorProcess]) -> None:
+    operators = [start_operator(kube_api), start_operator(kube_api)]
+    kubectl.apply(SCHEDULE)
+    pods = wait_for(lambda: len(run_pods(kube_api)) >= 3 and run_pods(kube_api), timeout=40,
+                    message="three slots' pods")
+    jobs = {j.id: j for j in client.jobs(limit=1000) if j.schedule_name == "default/export"}
+    by_job: dict[int, list[str]] = {}
+    for pod in pods:
+        job_id = int(env_of(pod)["JOBWARDEN_JOB_ID"])
+        by_job.setdefault(job_id, []).append(pod["metadata"]["name"])
+        job = jobs.get(job_id) or client.job(job_id)
+        assert job.pod_run == "JobSchedule/default/export"
+        assert pod["metadata"]["name"] == runpods.pod_name(
+            runpods.Owner(kind="JobSchedule", namespace="default", name="export",
+                          uid=pod["metadata"]["labels"][runpods.POD_RUN_LABEL]),
+            runpods.Run(job_id=job_id, attempt=1, claim_token="", slot=_slot(job.unique_key)))
+        assert pod["spec"]["restartPolicy"] == "Never"
+        assert pod["metadata"]["labels"]["team"] == "billing"
+        assert pod["metadata"]["ownerReferences"][0]["kind"] == "JobSchedule"
+    # One pod per job (each slot's job was claimed by one of the two operators).
+    assert all(len(names) == 1 for names in by_job.values()), by_job
+    slots = [jobs[j].unique_key for j in by_job if j in jobs]
+    assert len(set(slots)) == len(slots)
+    claimed = [client.job(j) for j in by_job]
+    assert all(j.claimed_by == podrunning.claimant_of("default") for j in claimed
+               if j.status is JobStatus.PROCESSING)
+    obj = kube_api.wait_for("js", "export", timeout=20,
+                            condition=lambda o: len(o.get("status", {}).get("activePods", []))
+                            >= 2)
+    assert obj["status"]["lastPod"] in {p["metadata"]["name"] for p in run_pods(kube_api)}
+
+    # Nothing starts the pods: at the start deadline each one is deleted, its job goes
+    # back to pending (it never ran), the cause is in its error and in an Event.
+    first = min(by_job)
+    failed = wait_for(lambda: (job := client.job(first)).last_error and job, timeout=40,
+                      message="the first job's pod judged at its start deadline")
+    assert "start_deadline" in failed.last_error
+    assert failed.status in (JobStatus.PENDING, JobStatus.PROCESSING)  # retried: a new pod
+    assert by_job[first][0] not in {p["metadata"]["name"] for p in run_pods(kube_api)
+                                    if not p["metadata"].get("deletionTimestamp")}
+    kube_api.wait(lambda: "PodStartDeadlineExceeded" in {
+        e["reason"] for e in kube_api.events("default", involved="export")}, what="the event")
+    retry = runpods.pod_name(
+        runpods.Owner(kind="JobSchedule", namespace="default", name="export",
+                      uid=obj["metadata"]["uid"]),
+        runpods.Run(job_id=first, attempt=2, claim_token="", slot=_slot(failed.unique_key)))
+    wait_for(lambda: retry in {p["metadata"]["name"] for p in run_pods(kube_api)}, timeout=30,
+             message="the retry's pod (attempt 2)")
+    assert sum((o.metric("jobwarden_pod_run_failures_total", kind="JobSchedule",
+                         cause="start_deadline") or 0) for o in operators) >= 1
+
+
+def test_an_exclusive_job_in_a_pod_defers_while_its_key_is_held_without_a_pod(
+        kube_api: KubeAPI, kubectl: Kubectl, client: Client,
+        start_operator: Callable[..., OperatorProcess]) -> None:
+    operator = start_operator(kube_api)
+    holder = client.lease("key:schema-lock", ttl=60, owner="someone-else").acquire()
+    kubectl.apply(EXCLUSIVE)
+    deferred = kube_api.wait_for("xj", "migrate", timeout=30,
+                                 condition=lambda o: o.get("status", {}).get("deferrals", 0) >= 1)
+    assert deferred["status"]["attempts"] == 0
+    assert run_pods(kube_api) == []
+    job = client.job(int(deferred["status"]["jobId"]))
+    assert job.pod_run == "ExclusiveJob/default/migrate"
+    assert operator.metric("jobwarden_pod_runs_total", kind="ExclusiveJob",
+                           resource="default/migrate") == 0.0
+
+    holder.release()
+    pods = wait_for(lambda: run_pods(kube_api, "ExclusiveJob"), timeout=60,
+                    message="the pod once the key is free")
+    (pod,) = pods
+    env = env_of(pod)
+    assert env["JOBWARDEN_JOB_ID"] == str(job.id)
+    assert int(env["JOBWARDEN_LEASE_TOKEN"]) > holder.token
+    running = client.job(job.id)
+    assert running.status is JobStatus.PROCESSING and running.attempts == 1
+    assert running.lease_token == int(env["JOBWARDEN_LEASE_TOKEN"])
+    assert running.claimed_by == podrunning.claimant_of("default")
+
+
+def _slot(unique_key: str | None) -> Any:
+    from jobwarden.structs.podruns import slot_of
+    return slot_of("default/export", unique_key)
