@@ -37,7 +37,7 @@ def test_every_page_renders_and_has_a_live_fragment(console: TestClient,
     client.enqueue(testjobs.Record, queue="mail")
     page = console.get(path)
     assert page.status_code == 200 and "<html" in page.text
-    assert 'data-live="' in page.text
+    assert 'hx-get="' in page.text and 'hx-trigger="every ' in page.text
     assert page.headers["content-security-policy"].startswith("default-src 'none'")
     assert page.headers["x-frame-options"] == "DENY"
     fragment = console.get(path, params={"partial": "1"})
@@ -155,7 +155,7 @@ def test_a_token_is_required_when_configured(make_console: object) -> None:
     assert http.get("/", headers={"Authorization": f"Bearer {token}"}).status_code == 200
     basic = base64.b64encode(f"admin:{token}".encode()).decode()
     assert http.get("/", headers={"Authorization": f"Basic {basic}"}).status_code == 200
-    assert http.get("/static/live.js").status_code == 401
+    assert http.get("/static/vendor/htmx/htmx.min.js").status_code == 401
 
 
 def test_listening_beyond_loopback_without_a_token_is_refused() -> None:

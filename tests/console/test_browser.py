@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from jobwarden.console.rendering import vendored_htmx
 from tests.console.browser import browser_paths
 
 if browser_paths() is None:
@@ -139,6 +140,7 @@ def test_every_page_renders_in_the_browser(browser: WebDriver, console_url: str,
                                ("/jobs", "jobs", "Scheduled for"),
                                (f"/jobs/{seeded['failed']}", "job", "KeyError: 'invoice_id'"),
                                ("/schedules", "schedules", "nightly-report"),
+                               ("/schedules/nightly-report", "schedule", "Last slots"),
                                ("/leases", "leases", "reports:nightly"),
                                ("/hosts", "hosts", "worker-a")]:
         browser.get(console_url + path)
@@ -240,6 +242,9 @@ def test_pages_update_live_without_a_reload(browser: WebDriver, console_url: str
 
     wait_for(lambda: shown() == "cancelled", timeout=20, message="the live status")
     assert browser.execute_script("return window.__sameDocument === true")
+    # The vendored htmx does it (hx-get + hx-trigger="every ..."), not a hand-written script.
+    assert browser.execute_script("return window.htmx ? htmx.version : null") == \
+        vendored_htmx()["version"]
 
 
 def test_the_browser_tier_skips_without_chromium() -> None:

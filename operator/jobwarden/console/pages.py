@@ -2,9 +2,9 @@
 
 Views are plain functions (Starlette runs them in its thread pool, since the
 Client is synchronous). A page asked for with ``?partial=1`` renders only its
-live fragment (``_<page>.html``), which ``static/live.js`` fetches every few
-seconds and swaps in: live updates without full reloads, and every page still
-works without JavaScript.
+live fragment (``_<page>.html``), which htmx (vendored in ``static/vendor/htmx``)
+fetches every few seconds and swaps in (``hx-get`` + ``hx-trigger="every ..."``):
+live updates without full reloads, and every page still works without JavaScript.
 """
 
 from __future__ import annotations

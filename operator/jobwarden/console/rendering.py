@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import importlib.resources
 import json
 from typing import Any
 
@@ -41,6 +42,14 @@ def last_line(text: str | None, width: int = 80) -> str:
     return line if len(line) <= width else line[: width - 1] + "\u2026"
 
 
+def vendored_htmx() -> dict[str, Any]:
+    """The manifest of the vendored htmx (``scripts/vendor-htmx`` writes it)."""
+    text = importlib.resources.files("jobwarden.console").joinpath(
+        "static/vendor/htmx/VENDORED.json").read_text(encoding="utf-8")
+    manifest: dict[str, Any] = json.loads(text)
+    return manifest
+
+
 def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("jobwarden.console", "templates"),
@@ -50,4 +59,7 @@ def environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(age=age, when=when, pretty=pretty, last_line=last_line)
+    # Live updates are htmx's hx-get + hx-trigger="every ...": the browser checks
+    # the vendored file against the manifest's hash (Subresource Integrity).
+    env.globals["htmx_integrity"] = vendored_htmx()["files"]["htmx.min.js"]
     return env
