@@ -203,3 +203,30 @@ def test_a_claim_whose_reply_was_lost_is_found_by_its_batch(client: jobwarden.Cl
     assert found.claim.id == taken.claim.id == job_id
     assert found.claim.claim_token == taken.claim.claim_token
     assert db.podruns.claims_of_batch(claimant=CLAIMANT, batch=uuid.uuid4()) == []
+
+
+@pytest.mark.parametrize(("overlap", "policy", "fate"), [
+    ("Forbid", "skip", "dropped"), ("Replace", "defer", "deferred"),
+])
+def test_a_busy_schedule_slot_gets_the_same_slot_fate_as_on_a_worker(
+        client: jobwarden.Client, db: Database, overlap: str, policy: str, fate: str) -> None:
+    at = dt.datetime(2030, 1, 7, 12, 0, 30, tzinfo=dt.UTC)
+    pod = "JobSchedule/team-a/nightly"
+    client.schedules.upsert("nightly", interval="1m", job_class=JOB, pod_run=pod,
+                            overlap=overlap, now=at)
+    client.schedules.enqueue_due(now=at + dt.timedelta(minutes=1))
+    with db.connection() as conn:
+        conn.execute("UPDATE jobwarden.jobs SET run_at = now()")
+    [job] = client.jobs()
+    assert job.lease_name is not None
+    hold_lease(db, job.lease_name)
+
+    batch = podruns.claim_pod_runs(db, pod_runs=[pod], claimant=CLAIMANT, start_deadline=30,
+                                   limit=5)
+
+    assert batch.claims == [] and (batch.skipped, batch.deferred) == (
+        (1, 0) if policy == "skip" else (0, 1))
+    record = client.schedules.get("nightly")
+    assert record is not None
+    assert (record.dropped_count, record.deferred_count) == (
+        (1, 0) if fate == "dropped" else (0, 1))

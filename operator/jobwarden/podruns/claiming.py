@@ -171,8 +171,10 @@ def _record_busy(db: Database, row: PodRunRow, busy: onbusy.BusyVerdict) -> None
                              delay_seconds=busy.delay_seconds, deferral=True)
         status = JobStatus.PENDING if ok else None
     elif busy.policy == "skip":
+        # dropped: a schedule slot's run never started is that slot's fate "dropped",
+        # counted by the same statement, as for a worker's skip.
         ok = db.jobs.mark_cancelled(job_id=claim.id, claim_token=claim.claim_token,
-                                    error=busy.error)
+                                    error=busy.error, dropped=True)
         status = JobStatus.CANCELLED if ok else None
     else:
         status = db.jobs.fail(Failure(
