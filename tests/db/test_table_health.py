@@ -16,6 +16,7 @@ from jobwarden.structs.maintenance import (
     TableHealth,
 )
 from tests.cli.test_cli import jw
+from tests.support.postgres import private_server
 from tests.support.waiting import wait_for
 
 
@@ -99,3 +100,23 @@ def test_the_gauge_holder_exports_dead_tuples_and_autovacuum_per_table(
     assert (value("jobwarden_db_table_bytes", {"table": "jobs", "kind": "indexes"}) or 0) > 0
     gauges.clear()  # not the holder any more: none of them exported
     assert value("jobwarden_db_dead_tuples", {"table": "jobs"}) is None
+
+
+def test_status_warns_when_the_servers_autovacuum_is_off() -> None:
+    """On a private server: the shared one must not be reconfigured."""
+    with private_server() as own:
+        with psycopg.connect(own.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET autovacuum = off")
+            conn.execute("SELECT pg_reload_conf()")
+
+        def off() -> bool:
+            with psycopg.connect(own.dsn) as conn:
+                row = conn.execute("SHOW autovacuum").fetchone()
+            return row is not None and row[0] == "off"
+
+        wait_for(off, timeout=30, message="the reloaded setting")
+        out = jw("status", dsn=own.dsn)
+        assert out.returncode == 0, out.stderr
+        assert "warning: autovacuum is off on this server" in out.stdout
+        assert json.loads(jw("status", "--json", dsn=own.dsn).stdout)["database"][
+            "autovacuum"] is False
