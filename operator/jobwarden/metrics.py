@@ -98,7 +98,9 @@ the operator's claim to the container running, as the kubelet reports it.
 
 ``reason`` values (:mod:`jobwarden.structs.policies`): ``error``, ``timeout``,
 ``unknown_job``, ``bad_data``, ``lease_busy`` (failed/retried: a job with
-``on_busy = "fail"``); ``lease_busy``, ``on_busy_skip`` (skipped). A failure for
+``on_busy = "fail"``), ``pod_failure`` (a run in a pod of its own whose pod
+failed before the job recorded an outcome); ``lease_busy``, ``on_busy_skip``
+(skipped). A failure for
 good after the last retry keeps its attempt's reason. ``operation`` of a fenced
 write: ``complete``, ``fail``, ``defer``. ``outcome`` of a reap: ``retried``,
 ``interrupted``, ``failed``. ``kind`` of a lease: ``job``, ``key``, ``schedule``,
