@@ -1,13 +1,16 @@
 """The layering is checked, not hoped for.
 
 The contracts live in ``.importlinter`` at the repository root (as kopf keeps
-them): the layers ``cli > controller/assembly > client/schedules/tick > worker
-extensions > worker > leases > db > structs``, the worker independent of its
-extensions, ``db`` the only psycopg importer, ``controller`` the only kopf /
-Kubernetes importer, and no import cycle among the package's modules. This
-test runs them, so every test command checks them; ``lint-imports`` runs the
-same contracts by hand. The plain data structures are checked here too: they
-import nothing of Jobwarden's but each other.
+them): the layers ``cli > controller/assembly/console > client/schedules/tick/
+podruns > worker extensions > worker > onbusy/reaper/retention > gauges >
+health/looping > leases > db > settings > structs``, the worker independent of
+its extensions, the worker's parts independent of the worker that composes
+them, the status decisions of the operator pure (no kopf, no database), ``db``
+the only psycopg importer, ``controller`` the only kopf / Kubernetes importer,
+and no import cycle among the package's modules. This test runs them, so every
+test command checks them; ``lint-imports`` runs the same contracts by hand.
+The plain data structures are checked here too: they import nothing of
+Jobwarden's but each other.
 """
 
 from __future__ import annotations
