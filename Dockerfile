@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # The Jobwarden image: one image runs the operator ("jobwarden operator") and
-# the workers ("jobwarden worker"). Application images extend it with their
+# the workers ("jobwarden worker"), and the console ("jobwarden console", the
+# console extra). Application images extend it with their
 # job code (docs/kubernetes.md, "Your application image").
 #
 #   docker build -t jobwarden:0.1.0 .
@@ -16,7 +17,7 @@ WORKDIR /src
 # stage needs no compiler; anything that did would be built here, never below.
 COPY pyproject.toml README.md ./
 COPY operator ./operator
-RUN python -m pip wheel --wheel-dir /wheels ".[operator]"
+RUN python -m pip wheel --wheel-dir /wheels ".[operator,console]"
 
 # ---- runtime: the wheels installed, nothing else -----------------------------
 FROM python:${PYTHON_VERSION}-slim AS runtime
@@ -31,7 +32,7 @@ RUN groupadd --system --gid 10001 jobwarden \
 # Installed from the build stage's wheels only (--no-index): the runtime layer
 # never reaches a package index and never compiles anything.
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
-    python -m pip install --no-index --find-links=/wheels "jobwarden[operator]" \
+    python -m pip install --no-index --find-links=/wheels "jobwarden[operator,console]" \
  && jobwarden --help > /dev/null
 WORKDIR /app
 # Numeric so that Kubernetes' runAsNonRoot can verify it without /etc/passwd.

@@ -390,3 +390,56 @@ def test_helm_test_checks_the_operator_and_the_database() -> None:
     assert env["JOBWARDEN_DSN_FILE"].endswith("/dsn")
     assert not by_kind(manifests({"tests": {"enabled": False}}), "Pod")
 
+
+
+def test_the_console_is_off_by_default() -> None:
+    for scenario in (None, values_of("full-values.yaml")):
+        docs = manifests(scenario)
+        assert not [d for d in docs if d["metadata"]["name"].endswith("-console")]
+
+
+def test_the_console_runs_read_only_behind_a_service_with_a_token_file() -> None:
+    values = {"database": {"dsn": "postgresql://x/y"}, "console": {"enabled": True}}
+    docs = manifests(values)
+    (deployment,) = [d for d in by_kind(docs, "Deployment")
+                     if d["metadata"]["name"].endswith("-console")]
+    spec = deployment["spec"]["template"]["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert deployment["spec"]["replicas"] == 1  # its CSRF key is per process
+    (container,) = spec["containers"]
+    args = container["args"]
+    assert args[0] == "console" and "--read-only" in args  # read-only unless asked
+    assert args[args.index("--host") + 1] == "0.0.0.0"
+    token_file = args[args.index("--token-file") + 1]
+    assert token_file == "/var/run/secrets/jobwarden/console/token"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["JOBWARDEN_DSN_FILE"]["value"] == "/var/run/secrets/jobwarden/dsn/dsn"
+    assert all("valueFrom" not in e for e in container["env"])  # secrets are files only
+    assert "tcpSocket" in container["readinessProbe"]  # every HTTP path wants the token
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    (secret,) = [s for s in by_kind(docs, "Secret")
+                 if s["metadata"]["name"] == volumes["token"]["secret"]["secretName"]]
+    assert len(secret["data"]["token"]) >= 24  # a random token, generated
+    (service,) = [s for s in by_kind(docs, "Service")
+                  if s["metadata"]["name"].endswith("-console")]
+    assert service["spec"]["type"] == "ClusterIP"
+    assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["targetPort"] == "http"
+
+
+def test_the_console_can_act_and_use_an_existing_token_secret() -> None:
+    docs = manifests(values_of("console-values.yaml"))
+    (deployment,) = by_kind(docs, "Deployment")  # the operator is off in this scenario
+    spec = deployment["spec"]["template"]["spec"]
+    assert "--read-only" not in spec["containers"][0]["args"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["token"]["secret"]["secretName"] == "console-token"
+    assert not by_kind(docs, "Secret")
+
+
+@pytest.mark.parametrize("console", [{"enabled": True, "token": "short"},
+                                     {"enabled": True, "readOnly": "yes"},
+                                     {"enabled": True, "tokn": "x" * 20}])
+def test_console_values_are_checked(console: dict[str, Any]) -> None:
+    with pytest.raises(Exception, match="(?i)schema|values"):
+        render({"database": {"dsn": "postgresql://x/y"}, "console": console})

@@ -89,9 +89,23 @@ app.kubernetes.io/component: worker
 {{- default (printf "%s-tick" (include "jobwarden.fullname" .)) .Values.tick.existingSecret }}
 {{- end }}
 
+{{- define "jobwarden.consoleSecretName" -}}
+{{- default (printf "%s-console" (include "jobwarden.fullname" .)) .Values.console.existingSecret }}
+{{- end }}
+
+{{- define "jobwarden.consoleName" -}}
+{{- printf "%s-console" (include "jobwarden.fullname" .) }}
+{{- end }}
+
+{{- define "jobwarden.consoleSelectorLabels" -}}
+{{ include "jobwarden.selectorLabels" . }}
+app.kubernetes.io/component: console
+{{- end }}
+
 {{/* Where secrets are mounted in jobwarden containers (files, never env values). */}}
 {{- define "jobwarden.dsnDir" -}}/var/run/secrets/jobwarden/dsn{{- end }}
 {{- define "jobwarden.tickDir" -}}/var/run/secrets/jobwarden/tick{{- end }}
+{{- define "jobwarden.consoleDir" -}}/var/run/secrets/jobwarden/console{{- end }}
 
 {{/* Namespaces whose resources the operator reconciles ("" = all). */}}
 {{- define "jobwarden.clusterWide" -}}
