@@ -298,3 +298,25 @@ def test_a_lease_lost_before_the_pod_started_defers_the_run(
     assert code == runjob.EXIT_NOT_RUN, err
     assert audit_rows(dsn) == []
     assert row(db, job_id, "status::text", "attempts", "deferrals") == ("pending", 0, 1)
+
+
+def test_without_a_handed_lease_token_the_claims_lease_is_adopted(
+        client: jobwarden.Client, db: Database, run_job: Spawn) -> None:
+    job_id = enqueue_pod_run(client, {"n": 1}, lease_name="key:adopted")
+    claim = _claim(db)
+    unhanded = podruns.PodRunClaim(**{**claim.__dict__, "lease_token": None})
+    code, err = _finish(run_job(unhanded))
+    assert code == runjob.EXIT_COMPLETED, err
+    assert client.job(job_id).status is JobStatus.COMPLETED
+    [lease] = db.leases.read("key:adopted")
+    assert lease.owner is None and lease.token == claim.lease_token  # released, not re-taken
+
+
+def test_a_bad_failure_hook_is_refused_before_the_claim_is_touched(
+        client: jobwarden.Client, db: Database, run_job: Spawn, dsn: str) -> None:
+    job_id = enqueue_pod_run(client, {"n": 1})
+    claim = _claim(db)
+    code, err = _finish(run_job(claim, env={"JOBWARDEN_FAILURE_HOOK": "nowhere.at_all:hook"}))
+    assert code == 9 and "failure hook" in err, err
+    assert row(db, job_id, "heartbeat_at", "claimed_by") == (None, CLAIMANT)
+    assert audit_rows(dsn) == []

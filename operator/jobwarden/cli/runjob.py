@@ -149,15 +149,16 @@ def cmd_run_job(args: argparse.Namespace) -> int:
             raise errors.SchemaMissing(
                 f"the Jobwarden schema {db.schema!r} is missing or behind ({len(pending)} "
                 "migration(s) pending): run `jobwarden migrate`")
+        # The worker's parts first (a bad failure hook is exit 9 with nothing changed),
+        # then the fenced start: only a valid claim is marked started.
+        worker = build_pod_run_worker(db, config.worker, lease_token=config.lease_token)
         row = runjob.start(db, config)
         if row is None:
+            worker.isolation.close()
+            worker.outcomes.close()
             print(f"jobwarden: error: the claim of job {config.job_id} is no longer valid "
                   "(reaped, claimed again, finished or cancelled): not run", file=sys.stderr)
             return runjob.EXIT_FENCED
-        # Without a handed token (a hand-made pod spec), the one the claim recorded: the
-        # lease is this claim's either way (the start above checked a handed one).
-        worker = build_pod_run_worker(db, config.worker,
-                                      lease_token=config.lease_token or row.lease_token)
         return runjob.run_job(worker, row, config)
     finally:
         db.close()

@@ -37,6 +37,11 @@ class PodRunLease(ExclusiveJobs):
         super().__init__(db, host=host)
         self._handed = lease_token
 
+    def adopt(self, token: int) -> None:
+        """Adopt ``token`` (the one the claim recorded) when none was handed in."""
+        if self._handed is None:
+            self._handed = token
+
     @classmethod
     def factory(cls, lease_token: int | None) -> Callable[[Worker], WorkerExtension]:
         """An extension factory for ``Worker(extensions=[...])``."""

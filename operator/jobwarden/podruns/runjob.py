@@ -47,6 +47,7 @@ from jobwarden import logfields
 from jobwarden.db.database import Database
 from jobwarden.exclusive import ExclusiveJobs
 from jobwarden.podruns import failing
+from jobwarden.podruns.leasing import PodRunLease
 from jobwarden.settings import WorkerSettings
 from jobwarden.structs.podruns import PodRunRow
 from jobwarden.structs.states import JobStatus
@@ -111,6 +112,12 @@ class PodRunWorker(Worker):
         self.recorded_status = status
         self.recorded.set()
 
+    def adopt_lease(self, token: int) -> None:
+        """The lease token to adopt, when none was handed in (see run_job)."""
+        for extension in self.extensions:
+            if isinstance(extension, PodRunLease):
+                extension.adopt(token)
+
 
 def start(db: Database, config: RunJobSettings) -> PodRunRow | None:
     """Record the start under the handed claim; None when it is no longer valid."""
@@ -123,8 +130,12 @@ def start(db: Database, config: RunJobSettings) -> PodRunRow | None:
 def run_job(worker: PodRunWorker, row: PodRunRow, config: RunJobSettings) -> int:
     """Run the started claim ``row`` to a recorded outcome; returns the exit code.
 
-    Installs SIGTERM/SIGINT handlers (call from the main thread).
+    Installs SIGTERM/SIGINT handlers (call from the main thread). Without a handed
+    lease token (a hand-made pod spec) the lease the claim recorded is adopted: it is
+    this claim's either way (the start checked a handed one against it).
     """
+    if config.lease_token is None and row.lease_token is not None:
+        worker.adopt_lease(row.lease_token)
     return _PodRun(worker, row, config).run()
 
 
@@ -137,6 +148,7 @@ class _PodRun:
         self.stop = threading.Event()
         self.force = threading.Event()
         self.code_done = threading.Event()  # the attempt's thread returned
+        self._record_since: float | None = None  # when the settled outcome began to wait
 
     def run(self) -> int:
         claim = self.row.claim
@@ -211,8 +223,6 @@ class _PodRun:
                            "down", self.row.claim.id)
             self._release_lease()
         return self._exit_code()
-
-    _record_since: float | None = None
 
     def _record_overdue(self) -> bool:
         now = time.monotonic()
