@@ -61,8 +61,12 @@ class Runtime:
         #: A context of kopf's handler threads: kopf posts Events only from such a
         #: context, so the resync loop runs its passes in a copy of it.
         self.kopf_context: contextvars.Context | None = None
-        #: True while kopf peering pauses this replica for a higher-priority one.
-        self.paused = False
+        #: True while kopf peering pauses this replica for a higher-priority one. With
+        #: peering, kopf starts paused (mandatory peering is pre-activated) and logs only
+        #: the resume: a replica that starts behind a higher-priority peer never logs
+        #: "Pausing", so starting unpaused let the standby's resync loop act (found on
+        #: the real cluster tier with two replicas).
+        self.paused = bool(config.peering)
         #: Runs in pods of their own (the operator sets it; None where only the
         #: reconcilers are tested): the JobSchedule / ExclusiveJob passes call it.
         self.pod_runs: PodRuns | None = None
