@@ -33,6 +33,7 @@ from tests.cluster.api import ApiError, RealKubeAPI
 from tests.cluster.controlplane import ControlPlane, ControlPlaneError
 from tests.e2e.conftest import WORKER_ENV, host_observation
 from tests.e2e.kubelet import ProcessKubelet
+from tests.e2e.podruntime import Images
 from tests.support.kube import Kubectl
 from tests.support.waiting import wait_for
 
@@ -146,7 +147,7 @@ Helm = tools.Helm
 
 @contextlib.contextmanager
 def open_cluster(plane: ControlPlane, *, namespace: str, dsn: str, client: Client,
-                 workdir: Path) -> Iterator[RealCluster]:
+                 workdir: Path, images: Images | None = None) -> Iterator[RealCluster]:
     """A namespace on ``plane`` with its own Node and process kubelet, helm and kubectl.
 
     On exit: uninstall, delete the namespace while the kubelet still runs (the pods
@@ -160,7 +161,8 @@ def open_cluster(plane: ControlPlane, *, namespace: str, dsn: str, client: Clien
                              node=f"node-{namespace}-{plane.api_port}", server=plane.server,
                              ca_file=plane.pki.ca_cert,
                              extra_env={"JOBWARDEN_TEST_AUDIT_DSN": dsn},
-                             observe=host_observation(client), interval=0.2).start()
+                             observe=host_observation(client), interval=0.2,
+                             images=images).start()
     assert plane.kubeconfig.exists()
     box = RealCluster(
         plane=plane, api=api, namespace=namespace,

@@ -105,6 +105,8 @@ REPO = Path(__file__).resolve().parents[2]
 FINALIZER = "e2e.jobwarden.io/process-kubelet"
 #: Variables of the test runner that must not leak into a pod's process.
 SCRUBBED = ("JOBWARDEN_", "KUBECONFIG", "KUBERNETES_", "POD_NAME", "PYTEST_")
+#: Image mode: where the repository (the test job modules) is bound in a container.
+IMAGE_REPO = "/opt/jobwarden-tests"
 #: Where a pod finds its ServiceAccount token (the projected kube-api-access volume).
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -183,6 +185,8 @@ class PodProcess:
     #: ``terminated`` of the current container once it has ended for good.
     terminated: dict[str, Any] | None = None
     deadline: float | None = None
+    #: Image mode: the image root filesystem the process is chrooted into.
+    root: Path | None = None
     reason: str | None = None
     message: str | None = None
 
@@ -462,6 +466,9 @@ class ProcessKubelet:
         podroot.mkdir(parents=True, exist_ok=True)
         mounts = self._mount_volumes(pod, container, podroot, who)
         env = self._resolve_env(pod, container)
+        if image.root is not None:
+            self._start_in_image(pod, container, image, who, mounts, env, entry)
+            return
         for key, value in list(env.items()):
             for mount_path, local in mounts.items():
                 if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
@@ -516,6 +523,64 @@ class ProcessKubelet:
             restarts=entry.restarts, last_terminated=entry.last_terminated,
             start_time=now_rfc3339(), container_started=now_rfc3339(), prefix=prefix,
             memory_limit=rt.memory_limit(container) if self.node else None,
+            deadline=(time.monotonic() + float(deadline)) if deadline is not None else None)
+        with self._lock:
+            self.pods[name] = record
+        self._set_status(record)
+
+    def _start_in_image(self, pod: dict[str, Any], container: dict[str, Any],
+                        image: rt.Image, who: rt.Identity, mounts: dict[str, Path],
+                        env: dict[str, str], entry: Waiting) -> None:
+        """Image mode: the container's command in the image's root filesystem, its volumes
+        mounted where the pod says, the image's environment (not the host's), in-cluster
+        configuration from the ServiceAccount token at its real path."""
+        meta, spec = pod["metadata"], pod["spec"]
+        assert image.root is not None
+        port: int | None = None
+        ports: dict[str, int] = {}
+        if "JOBWARDEN_HTTP_PORT" in env:
+            port = free_port()
+            for declared in container.get("ports") or []:
+                if str(declared.get("containerPort")) == env["JOBWARDEN_HTTP_PORT"]:
+                    ports[str(declared["containerPort"])] = port
+                    if declared.get("name"):
+                        ports[declared["name"]] = port
+            ports[env["JOBWARDEN_HTTP_PORT"]] = port
+            env["JOBWARDEN_HTTP_PORT"] = str(port)
+        for declared in container.get("ports") or []:
+            number = int(declared["containerPort"])
+            ports.setdefault(str(number), number)
+            if declared.get("name"):
+                ports.setdefault(declared["name"], ports[str(number)])
+        full_env = {**dict(image.env), **self._service_env(), **env,
+                    # The test job modules (tests.support.*), from the repository bound
+                    # read-only into the container: the image has only jobwarden.
+                    "PYTHONPATH": IMAGE_REPO, **self.extra_env}
+        command = [*(container.get("command") or []), *(container.get("args") or [])]
+        if not container.get("command"):
+            command = ["jobwarden", *command]  # the image's ENTRYPOINT
+        command = rt.resolve_command(command, full_env, image.root)
+        read_only = {m["mountPath"]: bool(m.get("readOnly")) for m in
+                     container.get("volumeMounts") or []}
+        binds = [(REPO, IMAGE_REPO, True),
+                 *((local, path, read_only.get(path, False)) for path, local in mounts.items())]
+        prefix = rt.launcher(who, image=image, binds=binds)
+        name = meta["name"]
+        log = self.workdir / f"{name}.log"
+        proc = self._spawn([*prefix, *command], full_env, log)
+        deadline = spec.get("activeDeadlineSeconds")
+        record = PodProcess(
+            name=name, proc=proc, port=port, log=log, env=env, started_at=time.monotonic(),
+            grace=float(spec.get("terminationGracePeriodSeconds", 30)),
+            namespace=meta.get("namespace") or self.namespace or "default",
+            uid=meta.get("uid", ""), container=container.get("name", "worker"),
+            image=container.get("image", ""), command=command, full_env=full_env, ports=ports,
+            readiness=container.get("readinessProbe"), liveness=container.get("livenessProbe"),
+            startup=container.get("startupProbe"), started=not container.get("startupProbe"),
+            restart_policy=spec.get("restartPolicy", "Always"), restarts=entry.restarts,
+            last_terminated=entry.last_terminated, start_time=now_rfc3339(),
+            container_started=now_rfc3339(), prefix=prefix,
+            memory_limit=rt.memory_limit(container), root=image.root,
             deadline=(time.monotonic() + float(deadline)) if deadline is not None else None)
         with self._lock:
             self.pods[name] = record
@@ -678,7 +743,8 @@ class ProcessKubelet:
             ports = {str(pod.port): pod.port}
         else:
             ports = pod.ports
-        return rt.probe(probe, ports=ports, env=pod.full_env, prefix=pod.prefix, cwd=REPO)
+        return rt.probe(probe, ports=ports, env=pod.full_env, prefix=pod.prefix, cwd=REPO,
+                        root=pod.root)
 
     @staticmethod
     def _due(pod: PodProcess, probe: dict[str, Any], last: float, now: float) -> bool:

@@ -38,7 +38,7 @@ import socket
 import subprocess
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +85,14 @@ class StartError(StartFailure):
 
 @dataclasses.dataclass(frozen=True)
 class Image:
-    """What a pulled image gives a container: its ``USER`` (uid, gid)."""
+    """What a pulled image gives a container: its ``USER`` (uid, gid); in image mode also
+    its root filesystem, ``Env`` and ``WorkingDir``."""
 
     ref: str
     user: tuple[int, int] = IMAGE_USER
+    root: Path | None = None
+    env: tuple[tuple[str, str], ...] = ()
+    workdir: str = "/"
 
 
 def registry_host(ref: str) -> str | None:
@@ -103,8 +107,11 @@ class Images:
     """Resolves image references (see the module docstring); ``failures`` maps a reference
     to the pull error message it gets."""
 
-    def __init__(self, failures: dict[str, str] | None = None) -> None:
+    def __init__(self, failures: dict[str, str] | None = None, *,
+                 root: Image | None = None) -> None:
         self.failures = dict(failures or {})
+        #: Image mode: every image that resolves runs in this image's root filesystem.
+        self.root = root
 
     def pull(self, ref: str) -> Image:
         if ref in self.failures:
@@ -115,6 +122,8 @@ class Images:
                 f'failed to pull and unpack image "{ref}": failed to resolve reference '
                 f'"{ref}": failed to do request: Head "https://{host}/v2/": '
                 f"dial tcp: lookup {host}: no such host")
+        if self.root is not None:
+            return dataclasses.replace(self.root, ref=ref)
         return Image(ref)
 
 
@@ -153,20 +162,94 @@ def can_switch_user() -> bool:
     return os.geteuid() == 0 and shutil.which("setpriv") is not None
 
 
-def launcher(who: Identity) -> list[str]:
-    """The command prefix that runs a process as ``who`` (empty: as the kubelet)."""
-    if who.uid is None or not can_switch_user():
-        return []
-    groups = ",".join(str(g) for g in who.groups)
-    return ["setpriv", f"--reuid={who.uid}", f"--regid={who.gid}",
-            f"--groups={groups}" if groups else "--clear-groups",
-            "--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search", "--"]
+def launcher(who: Identity, *, image: Image | None = None,
+             binds: Sequence[tuple[Path, str, bool]] = ()) -> list[str]:
+    """The command prefix that runs a process as ``who`` (empty: as the kubelet).
+
+    Image mode (``image.root``): in a mount namespace of its own, ``binds`` (host path,
+    container path, read-only) are mounted into the image's root, then the process is
+    chrooted there, as ``who``, in the image's working directory -- no extra capability.
+    """
+    switch: list[str] = []
+    if who.uid is not None and can_switch_user():
+        groups = ",".join(str(g) for g in who.groups)
+        switch = ["setpriv", f"--reuid={who.uid}", f"--regid={who.gid}",
+                  f"--groups={groups}" if groups else "--clear-groups"]
+        if image is None or image.root is None:
+            switch += ["--inh-caps=+dac_read_search", "--ambient-caps=+dac_read_search"]
+        switch.append("--")
+    if image is None or image.root is None:
+        return switch
+    mounts: list[str] = []
+    for host, inside, read_only in binds:
+        target = within(image.root, inside)
+        target.mkdir(parents=True, exist_ok=True)
+        mounts += [str(host), str(target), "ro" if read_only else "rw"]
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", CHROOT,
+            "chroot", str(image.root), *mounts, "--", "/usr/bin/env", "-C", image.workdir,
+            *(["/usr/bin/" + switch[0], *switch[1:]] if switch else [])]
 
 
-def resolve_command(command: list[str], env: dict[str, str]) -> list[str]:
-    """``command[0]`` made absolute along the container's PATH; a StartError if absent."""
+#: Image mode's launcher (run by ``sh -c`` in a new mount namespace): /dev, /proc and the
+#: pod's volumes mounted into the image root (targets already resolved inside it), then
+#: ``chroot`` there.
+CHROOT = """set -e
+root=$1; shift
+mount --rbind /dev "$root/dev"
+mount -t proc proc "$root/proc"
+while [ "$1" != "--" ]; do
+  mount --bind "$1" "$2"
+  if [ "$3" = ro ]; then mount -o remount,bind,ro "$2"; fi
+  shift 3
+done
+shift
+exec chroot "$root" "$@"
+"""
+
+
+def within(root: Path, path: str) -> Path:
+    """``path`` of the container as a host path under ``root``, its symlinks resolved
+    inside the root (the image's ``/var/run -> /run`` must not lead to the host's /run)."""
+    parts = [p for p in path.split("/") if p]
+    resolved: list[str] = []
+    hops = 0
+    while parts:
+        part = parts.pop(0)
+        if part == "..":
+            resolved = resolved[:-1]
+            continue
+        if part == ".":
+            continue
+        candidate = root.joinpath(*resolved, part)
+        if candidate.is_symlink():
+            hops += 1
+            if hops > 40:
+                raise StartError(f"too many levels of symbolic links in {path}")
+            link = os.readlink(candidate)
+            parts = [p for p in link.split("/") if p] + parts
+            if link.startswith("/"):
+                resolved = []
+            continue
+        resolved.append(part)
+    return root.joinpath(*resolved)
+
+
+def resolve_command(command: list[str], env: dict[str, str], root: Path | None = None
+                    ) -> list[str]:
+    """``command[0]`` made absolute along the container's PATH (inside ``root`` in image
+    mode); a StartError if absent."""
     head = command[0]
-    found = head if "/" in head else shutil.which(head, path=env.get("PATH"))
+    if root is not None:
+        dirs = [head.rsplit("/", 1)[0] or "/"] if "/" in head else \
+            (env.get("PATH") or "/usr/local/bin:/usr/bin:/bin").split(":")
+        name = head.rsplit("/", 1)[-1]
+        hits = [f"{d.rstrip('/')}/{name}" for d in dirs
+                if os.access(within(root, f"{d.rstrip('/')}/{name}"), os.X_OK)]
+        if hits:
+            return [hits[0], *command[1:]]
+        found: str | None = None
+    else:
+        found = head if "/" in head else shutil.which(head, path=env.get("PATH"))
     if found is None or not os.access(found, os.X_OK):
         raise StartError(
             "failed to create containerd task: failed to create shim task: OCI runtime "
@@ -188,7 +271,7 @@ def own(path: Path, who: Identity, *, mode: int | None = None) -> None:
 # -- probes ----------------------------------------------------------------------------------
 
 def probe(spec: dict[str, Any], *, ports: dict[str, int], env: dict[str, str],
-          prefix: list[str], cwd: Path) -> bool:
+          prefix: list[str], cwd: Path, root: Path | None = None) -> bool:
     """One probe attempt (``httpGet``, ``tcpSocket`` or ``exec``): did it succeed?"""
     timeout = float(spec.get("timeoutSeconds", 1))
     if "httpGet" in spec:
@@ -217,7 +300,7 @@ def probe(spec: dict[str, Any], *, ports: dict[str, int], env: dict[str, str],
         if not command:
             return False
         try:
-            command = resolve_command(command, env)
+            command = resolve_command(command, env, root)
             result = subprocess.run([*prefix, *command], env=env, cwd=cwd, timeout=timeout,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                     check=False)
@@ -278,4 +361,3 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-Spawner = Callable[[list[str], dict[str, str], Path], subprocess.Popen[bytes]]

@@ -14,67 +14,49 @@ cannot be built (not root, no buildah or debootstrap).
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-BUILD = REPO / "scripts" / "build-image"
-#: build-image's exit code when it cannot build here.
-UNAVAILABLE = 3
+from tests.image import buildah
+
 #: Debian's python3 (3.11) with the wheels of jobwarden[operator]: 379 MB measured. A
 #: bound well above it, so a layer that drags in a toolchain or a cache shows.
 MAX_SIZE = 600 * 10**6
 
 pytestmark = [pytest.mark.image, pytest.mark.slow]
 
-
-class Buildah:
-    """buildah on the build script's own storage (vfs), chroot isolation."""
-
-    def __init__(self, cache: Path) -> None:
-        self.prefix = ["buildah", "--root", str(cache / "storage"), "--runroot",
-                       str(cache / "run"), "--storage-driver", "vfs"]
-
-    def __call__(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*self.prefix, *args], capture_output=True, text=True,
-                              check=check, timeout=300)
+Box = tuple[buildah.Buildah, str]
 
 
 @pytest.fixture(scope="module")
 def image() -> str:
-    result = subprocess.run(["bash", str(BUILD)], capture_output=True, text=True,
-                            check=False, timeout=3600)
-    if result.returncode == UNAVAILABLE:
-        pytest.skip(f"image not built here: {result.stderr.strip().splitlines()[-1]}")
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result.stdout.strip().splitlines()[-1]
+    try:
+        return buildah.build()
+    except buildah.ImageUnavailable as exc:
+        pytest.skip(f"image not built here: {exc}")
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="module")
-def container(image: str) -> Iterator[tuple[Buildah, str]]:
+def container(image: str) -> Iterator[Box]:
     # One working container for the module: vfs copies the whole image for each.
-    # The storage build-image uses (its JOBWARDEN_IMAGE_CACHE, else its default).
-    cache = Path(os.environ.get("JOBWARDEN_IMAGE_CACHE") or Path(
-        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "jobwarden" / "image")
-    buildah = Buildah(cache)
-    name = buildah("from", "--pull-never", "--quiet", image).stdout.strip()
-    yield buildah, name
-    buildah("rm", name, check=False)
+    tool = buildah.Buildah()
+    name = tool.working_container(image)
+    yield tool, name
+    tool("rm", name, check=False)
 
 
-def run(box: tuple[Buildah, str], *command: str, user: str | None = None
+def run(box: Box, *command: str, user: str | None = None
         ) -> subprocess.CompletedProcess[str]:
-    buildah, name = box
+    tool, name = box
     options = ["--isolation", "chroot", *(["--user", user] if user else [])]
-    return buildah("run", *options, name, "--", *command, check=False)
+    return tool("run", *options, name, "--", *command, check=False)
 
 
-def test_the_image_runs_jobwarden_and_its_worker_as_uid_10001(container: tuple[Buildah, str]):
+def test_the_image_runs_jobwarden_and_its_worker_as_uid_10001(container: Box):
     whoami = run(container, "id", "-u")
     assert whoami.returncode == 0 and whoami.stdout.strip() == "10001", whoami
     for command in (["jobwarden", "--help"], ["jobwarden", "worker", "--help"]):
@@ -84,7 +66,7 @@ def test_the_image_runs_jobwarden_and_its_worker_as_uid_10001(container: tuple[B
 
 
 def test_the_base_has_python_and_pip_where_the_official_image_has_them(
-        container: tuple[Buildah, str]):
+        container: Box):
     where = run(container, "sh", "-c", "command -v python; command -v pip; python -c "
                 "'import sys; print(sys.version_info[:2] == (3, 11), sys.prefix)'")
     assert where.stdout.split() == ["/usr/local/bin/python", "/usr/local/bin/pip", "True",
@@ -94,9 +76,9 @@ def test_the_base_has_python_and_pip_where_the_official_image_has_them(
     assert tools.stdout.strip() == ""
 
 
-def test_the_image_size_stays_bounded(image: str, container: tuple[Buildah, str]):
-    buildah, _ = container
-    shown = buildah("images", "--format", "{{.Size}}", image).stdout.strip()
+def test_the_image_size_stays_bounded(image: str, container: Box):
+    tool, _ = container
+    shown = tool("images", "--format", "{{.Size}}", image).stdout.strip()
     match = re.fullmatch(r"([0-9.]+) (kB|MB|GB)", shown)
     assert match is not None, shown
     size = float(match.group(1)) * {"kB": 10**3, "MB": 10**6, "GB": 10**9}[match.group(2)]
