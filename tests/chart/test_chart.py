@@ -410,9 +410,11 @@ def test_the_console_runs_read_only_behind_a_service_with_a_token_file() -> None
     args = container["args"]
     assert args[0] == "console" and "--read-only" in args  # read-only unless asked
     assert args[args.index("--host") + 1] == "0.0.0.0"
-    token_file = args[args.index("--token-file") + 1]
-    assert token_file == "/var/run/secrets/jobwarden/console/token"
     env = {e["name"]: e for e in container["env"]}
+    token_file = env["JOBWARDEN_CONSOLE_TOKEN_FILE"]["value"]
+    assert token_file == "/var/run/secrets/jobwarden/console/token"
+    assert env["JOBWARDEN_HTTP_PORT"]["value"] == "8787"
+    assert container["ports"] == [{"name": "http", "containerPort": 8787, "protocol": "TCP"}]
     assert env["JOBWARDEN_DSN_FILE"]["value"] == "/var/run/secrets/jobwarden/dsn/dsn"
     assert all("valueFrom" not in e for e in container["env"])  # secrets are files only
     assert "tcpSocket" in container["readinessProbe"]  # every HTTP path wants the token

@@ -11,6 +11,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -28,14 +30,21 @@ def test_beyond_loopback_without_a_token_it_refuses_to_start(dsn: str) -> None:
     assert out.stderr.count("\n") == 1 and "without authentication" in out.stderr
 
 
-def test_it_serves_with_a_token_from_a_file(dsn: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["flags", "environment"])
+def test_it_serves_with_a_token_from_a_file(dsn: str, tmp_path: Path, how: str) -> None:
     token = "console-token-for-tests-0123"
     (tmp_path / "token").write_text(token + "\n")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "jobwarden", "console", "--port", str(port),
-                             "--token-file", str(tmp_path / "token")], env=_env(dsn),
+    if how == "flags":
+        command = ["--port", str(port), "--token-file", str(tmp_path / "token")]
+        env = _env(dsn)
+    else:  # as the chart starts it: the port and the token file as variables
+        command = ["--host", "0.0.0.0"]
+        env = _env(dsn, JOBWARDEN_HTTP_PORT=str(port),
+                   JOBWARDEN_CONSOLE_TOKEN_FILE=str(tmp_path / "token"))
+    proc = subprocess.Popen([sys.executable, "-m", "jobwarden", "console", *command], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         def answer(auth: str | None) -> int:
@@ -57,3 +66,11 @@ def test_it_serves_with_a_token_from_a_file(dsn: str, tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=15)
+
+
+def test_an_unreadable_token_file_is_one_line_and_its_exit_code(dsn: str, tmp_path: Path) -> None:
+    out = subprocess.run([sys.executable, "-m", "jobwarden", "console", "--host", "0.0.0.0"],
+                         env=_env(dsn, JOBWARDEN_CONSOLE_TOKEN_FILE=str(tmp_path / "missing")),
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 9, out.stderr
+    assert out.stderr.count("\n") == 1 and "cannot read the token file" in out.stderr

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from jobwarden import errors
+from jobwarden import errors, settings
 from jobwarden.cli import EXIT_OK, common
 
 
@@ -18,9 +18,11 @@ def register(subparsers: Any) -> None:
                     "than loopback a token is required (JOBWARDEN_CONSOLE_TOKEN or "
                     "--token-file), sent as a Bearer token or as the basic-auth password.")
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=8787, help="port (default 8787)")
+    parser.add_argument("--port", type=int, default=None,
+                        help="port (default $JOBWARDEN_HTTP_PORT, else 8787)")
     parser.add_argument("--token-file", type=Path, metavar="PATH",
-                        help="file holding the access token (default $JOBWARDEN_CONSOLE_TOKEN)")
+                        help="file holding the access token (default "
+                             "$JOBWARDEN_CONSOLE_TOKEN_FILE, else $JOBWARDEN_CONSOLE_TOKEN)")
     parser.add_argument("--read-only", action="store_true",
                         help="show everything, change nothing (every action refused)")
     parser.add_argument("--refresh", type=float, default=3.0, metavar="SECONDS",
@@ -29,11 +31,15 @@ def register(subparsers: Any) -> None:
 
 
 def _token(args: argparse.Namespace) -> str | None:
-    if args.token_file is not None:
+    path = args.token_file
+    if path is None and settings.env_text("JOBWARDEN_CONSOLE_TOKEN_FILE", ""):
+        path = Path(settings.env_text("JOBWARDEN_CONSOLE_TOKEN_FILE", ""))
+    if path is not None:
         try:
-            return args.token_file.read_text(encoding="utf-8").strip() or None
+            return Path(path).read_text(encoding="utf-8").strip() or None
         except OSError as exc:
-            raise errors.ConfigurationError(f"cannot read --token-file: {exc.strerror}") from exc
+            raise errors.ConfigurationError(
+                f"cannot read the token file {str(path)!r}: {exc.strerror}") from exc
     return os.environ.get("JOBWARDEN_CONSOLE_TOKEN") or None
 
 
@@ -50,13 +56,17 @@ def cmd_console(args: argparse.Namespace) -> int:
     from jobwarden.client import Client
     from jobwarden.db.database import Database
 
-    settings = ConsoleSettings(host=args.host, port=args.port, token=_token(args),
-                               read_only=args.read_only, refresh_seconds=args.refresh).check()
+    port = args.port if args.port is not None else settings.env_int("JOBWARDEN_HTTP_PORT", 8787)
+    assert port is not None
+    console_settings = ConsoleSettings(host=args.host, port=port, token=_token(args),
+                                       read_only=args.read_only,
+                                       refresh_seconds=args.refresh).check()
     # No server-side prepared statements: each search is planned for its own filter.
     database = Database(common.dsn(args), schema=common.schema(args), min_size=1, max_size=8,
                         verify=True, prepare_threshold=None, application_name="jobwarden-console")
     with Client(database=database, owns_database=True) as client:
-        app = build_app(client, settings)
-        uvicorn.run(app, host=settings.host, port=settings.port, log_config=None,
-                    access_log=False, server_header=False, proxy_headers=False)
+        app = build_app(client, console_settings)
+        uvicorn.run(app, host=console_settings.host, port=console_settings.port,
+                    log_config=None, access_log=False, server_header=False,
+                    proxy_headers=False)
     return EXIT_OK
