@@ -191,3 +191,18 @@ def test_a_worker_runs_retention_under_the_shared_lease_and_releases_it(
     worker.stop()
     [released] = client.db.leases.read(retention.LEASE_NAME)
     assert released.owner is None
+
+
+def test_the_operator_offers_retention_under_the_lease_the_workers_share(
+        db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobwarden.controller import periodic
+    from jobwarden.controller.config import OperatorConfig
+    from jobwarden.controller.runtime import Runtime
+
+    monkeypatch.setenv("JOBWARDEN_RETENTION_INTERVAL", "45")
+    loops, _ = periodic.loops(Runtime(db, OperatorConfig(pod_name="op-a")))
+    [loop] = [loop for loop in loops if loop.name == "retention"]
+    assert (loop.lease, loop.interval) == (retention.LEASE_NAME, 45.0)
+    monkeypatch.setenv("JOBWARDEN_RETENTION", "off")
+    loops, _ = periodic.loops(Runtime(db, OperatorConfig(pod_name="op-a")))
+    assert [loop.interval for loop in loops if loop.name == "retention"] == [0.0]
