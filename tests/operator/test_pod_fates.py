@@ -135,6 +135,11 @@ def test_a_pod_the_operator_stopped_for_replace_is_replaced() -> None:
 def test_a_terminating_pod_is_given_time_to_record_its_outcome() -> None:
     assert podfates.judge(pod("Running", containers=[RUNNING], deleting=True), age=1,
                           deadline=DEADLINE) == podfates.PENDING
+    # Also one the operator is stopping for Replace: the process gets SIGTERM and
+    # records the cancellation itself; only its end (or the pod's) is a verdict.
+    assert podfates.judge(pod("Running", containers=[RUNNING], deleting=True,
+                              stop_reason="replaced"), age=1,
+                          deadline=DEADLINE) == podfates.PENDING
 
 
 def test_a_pod_deleted_before_an_outcome_is_deleted() -> None:

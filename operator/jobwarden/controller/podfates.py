@@ -175,12 +175,14 @@ def judge(pod: Mapping[str, Any] | None, *, age: float, deadline: float,
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Failed", "Succeeded"):
             return Verdict("killed", f"pod {phase} without the job recording an outcome")
-    if deleted or meta.get("deletionTimestamp"):
+    if meta.get("deletionTimestamp") and not deleted:
+        # Terminating: the process got SIGTERM and may still record its outcome (a
+        # cancelled run does); the verdict waits for the container's end or the pod's.
+        return PENDING
+    if deleted:
         stopped = STOP_CAUSES.get(str(stop_reason))
         if stopped is not None:
             return Verdict(stopped, f"pod deleted by the operator ({stop_reason})")
-        if not deleted:
-            return PENDING  # terminating: the process may still record its outcome
         return Verdict("deleted", "pod deleted before the job recorded an outcome")
     if pod is not None and not started(pod) and age >= deadline:
         return _not_started(pod, deadline)

@@ -1,0 +1,156 @@
+"""Runs in pods of their own, end to end: the operator claims, the process kubelet runs
+`jobwarden run-job` in each pod, the job's outcome is recorded under the pod's claim.
+
+Every pod the operator creates becomes a real `python -m jobwarden run-job` process
+(tests/e2e/kubelet.py); killing that process with SIGKILL is a pod whose container
+died without recording an outcome.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jobwarden.controller import runpods
+from jobwarden.structs.jobs import JobRecord
+from jobwarden.structs.states import JobStatus
+from tests.conftest import audit_rows
+from tests.e2e.conftest import NAMESPACE, OPERATOR_ENV, SECRET, Cluster
+
+pytestmark = pytest.mark.slow
+
+#: run-job's timings, through the template's env as a user would set them.
+RUN_ENV = {"JOBWARDEN_HEARTBEAT_INTERVAL": "0.3", "JOBWARDEN_HEARTBEAT_GRACE": "8",
+           "JOBWARDEN_STOP_GRACE": "3"}
+
+
+def template(**pod: Any) -> dict[str, Any]:
+    return {"metadata": {"labels": {"team": "e2e"}},
+            "spec": {"terminationGracePeriodSeconds": 10, **pod, "containers": [{
+                "name": "job", "image": "example/jobs:1",
+                "env": [{"name": k, "value": v} for k, v in RUN_ENV.items()]}]}}
+
+
+def schedule(name: str, job: str, *, interval: str = "2s", data: dict[str, Any] | None = None,
+             **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"interval": interval, "job": {"class": job, "data": data or {}},
+                     "podTemplate": template(), "dsnSecretRef": {"name": SECRET}, **spec}}
+
+
+def exclusive(name: str, job: str, data: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "jobwarden.io/v1alpha1", "kind": "ExclusiveJob",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"job": {"class": job, "data": data}, "podTemplate": template(),
+                     "dsnSecretRef": {"name": SECRET}}}
+
+
+def run_pods(cluster: Cluster, owner: str) -> list[dict[str, Any]]:
+    return [p for p in cluster.api.list("pods", NAMESPACE, labels=runpods.POD_RUN_LABEL)
+            if p["metadata"]["ownerReferences"][0]["name"] == owner]
+
+
+def started_pods(cluster: Cluster, owner: str) -> set[str]:
+    """Every pod of ``owner`` the kubelet ever started (pruned ones included)."""
+    return {name for name in list(cluster.kubelet.pods) if name.startswith(f"{owner}-")}
+
+
+def jobs_of(cluster: Cluster, schedule_name: str) -> list[JobRecord]:
+    return [j for j in cluster.client.jobs(limit=1000) if j.schedule_name == schedule_name]
+
+
+def test_one_pod_and_one_job_per_slot_across_two_operators_with_history_pruned(
+        cluster: Cluster) -> None:
+    cluster.operators.append(cluster.start(cluster.api, **OPERATOR_ENV))
+    cluster.api.create(schedule("tick", "tests.support.testjobs:Record",
+                                successfulJobsHistoryLimit=2))
+    done = cluster.wait(lambda: (found := [j for j in jobs_of(cluster, "default/tick")
+                                           if j.status is JobStatus.COMPLETED])
+                        and len(found) >= 4 and found, timeout=120,
+                        what="four slots run to completion in pods")
+    jobs = jobs_of(cluster, "default/tick")
+    keys = [j.unique_key for j in jobs]
+    assert len(keys) == len(set(keys))  # one job per slot
+    started = started_pods(cluster, "tick")
+    for job in done:
+        assert job.pod_run == "JobSchedule/default/tick"
+        assert job.claimed_by in started  # run-job ran it, named after its pod
+        assert job.attempts == 1
+    # One pod per job: every started pod belongs to a different job.
+    owners = [cluster.kubelet.process(name).env["JOBWARDEN_JOB_ID"] for name in started]
+    assert len(owners) == len(set(owners))
+    ran_ids = [r[0] for r in audit_rows(cluster.dsn, "ran")]
+    assert len(ran_ids) == len(set(ran_ids))  # no job ran twice
+    # The history limit keeps the two newest succeeded pods.
+    cluster.wait(lambda: len([p for p in run_pods(cluster, "tick")
+                              if p.get("status", {}).get("phase") == "Succeeded"
+                              and not p["metadata"].get("deletionTimestamp")]) <= 2
+                 and len(started_pods(cluster, "tick")) > 3, timeout=60,
+                 what="succeeded pods pruned to the history limit")
+    status = cluster.api.wait_for("js", "tick", NAMESPACE, timeout=30,
+                                  condition=lambda o: bool(o.get("status", {}).get("lastPod")))
+    assert status["status"]["lastPod"].startswith("tick-")
+    assert sum((o.metric("jobwarden_pod_runs_total", kind="JobSchedule",
+                         resource="default/tick") or 0) for o in cluster.operators) >= 4
+
+
+@pytest.mark.parametrize(("job", "after"), [
+    ("tests.support.testjobs:Sleepy", JobStatus.COMPLETED),
+    ("tests.support.testjobs:SleepyOnce", JobStatus.INTERRUPTED),
+], ids=["idempotent-retried", "non-idempotent-interrupted"])
+def test_a_pod_killed_mid_run_ends_by_the_dead_worker_rules(cluster: Cluster, job: str,
+                                                           after: JobStatus) -> None:
+    cluster.api.create(exclusive("killed", job, {"seconds": 4}))
+    xj = cluster.api.wait_for("xj", "killed", NAMESPACE, timeout=60,
+                              condition=lambda o: bool(o.get("status", {}).get("jobId")))
+    job_id = int(xj["status"]["jobId"])
+    first = cluster.wait(lambda: next(iter(started_pods(cluster, "killed")), None), timeout=60,
+                         what="the pod started")
+    cluster.wait(lambda: any(r[0] == job_id for r in audit_rows(cluster.dsn, "start")),
+                 timeout=60,
+                 what="the job began in the pod")
+    cluster.kubelet.kill(first)  # SIGKILL: no outcome recorded
+    final = cluster.wait(lambda: (j := cluster.client.job(job_id)).status is after and j,
+                         timeout=90, what=f"the job {after.value}")
+    assert final.last_error is not None and "pod killed" in final.last_error
+    starts = [r for r in audit_rows(cluster.dsn, "start") if r[0] == job_id]
+    if after is JobStatus.COMPLETED:
+        assert final.attempts == 2 and len(starts) == 2
+        assert len(started_pods(cluster, "killed")) == 2  # a new pod for the retry
+    else:
+        assert len(starts) == 1  # never started twice
+        assert started_pods(cluster, "killed") == {first}
+    cluster.api.wait(lambda: "PodKilled" in {
+        e["reason"] for e in cluster.api.events(NAMESPACE, involved="killed")},
+        what="the PodKilled event")
+
+
+def test_replace_stops_the_old_pod_before_the_new_run_starts(cluster: Cluster) -> None:
+    """The run ignores cancel requests (it never heartbeats): only stopping its pod ends it."""
+    cluster.api.create(schedule("replaced", "tests.support.podrunjobs:Stubborn",
+                                interval="8s", data={"seconds": 120},
+                                concurrencyPolicy="Replace"))
+    def started() -> list[JobRecord]:
+        # A run replaced while it still waited (pending) never started: left out.
+        return sorted((j for j in jobs_of(cluster, "default/replaced")
+                       if j.heartbeat_at is not None), key=lambda j: j.id)
+
+    jobs = cluster.wait(lambda: len(found := started()) >= 2
+                        and found[0].status is JobStatus.CANCELLED and found, timeout=150,
+                        what="the first run stopped and a later one started")
+    old, new = jobs[0], jobs[1]
+    assert old.finished_at is not None and new.heartbeat_at is not None
+    assert old.finished_at <= new.heartbeat_at  # the new run started after the old ended
+    # Stopped by its pod's deletion: run-job records it on SIGTERM (else the operator does,
+    # with the cause "replaced", once the pod is gone).
+    assert old.last_error is not None and ("SIGTERM" in old.last_error
+                                           or "replaced" in old.last_error)
+    events = {e["reason"] for e in cluster.api.events(NAMESPACE, involved="replaced")}
+    assert "StoppingPod" in events
+    old_pod = next(name for name in started_pods(cluster, "replaced")
+                   if cluster.kubelet.process(name).env["JOBWARDEN_JOB_ID"] == str(old.id))
+    assert cluster.kubelet.process(old_pod).proc.poll() is not None  # the old pod ended
+    assert not [r for r in audit_rows(cluster.dsn, "end") if r[0] == old.id]  # stopped early
+    assert [r for r in audit_rows(cluster.dsn, "start") if r[0] == old.id]

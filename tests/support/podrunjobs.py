@@ -1,0 +1,24 @@
+"""Jobs for the pod-run tests (tests/e2e/test_pod_runs.py, tests/cluster)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jobwarden
+from tests.support.testjobs import audit
+
+
+class Stubborn(jobwarden.Job):
+    """Runs ``seconds`` without ever calling heartbeat(): a cancel request cannot reach it,
+    only stopping its process does (Replace has to stop the pod)."""
+
+    timeout = 300
+
+    def perform(self, data: Any) -> str:
+        audit(self, "start")
+        deadline = time.monotonic() + float(data.get("seconds", 60))
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        audit(self, "end")
+        return "done"
