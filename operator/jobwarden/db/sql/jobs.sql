@@ -109,7 +109,7 @@ SELECT unique_key, id FROM {schema}.jobs WHERE unique_key = ANY(%(unique_keys)s:
         claimed_by = %(host)s, claimed_at = now(), heartbeat_at = now(),
         claim_expires_at = now() + make_interval(secs => %(grace)s), lease_lost = false,
         updated_at = now()
-    FROM picked WHERE j.id = picked.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING j.id, j.queue, j.job_class, j.data, j.priority, j.attempts, j.max_retries,
               j.timeout_seconds, j.idempotent, j.claim_token, j.lease_name, j.schedule_name,
               greatest(extract(epoch FROM now() - j.run_at), 0)::double precision AS queue_wait,
