@@ -149,7 +149,12 @@ def test_the_documented_examples_parse() -> None:
     kinds = [e["kind"] for e in examples]
     assert "JobSchedule" in kinds and "ExclusiveJob" in kinds
     for example in examples:
-        if example["kind"] == "JobSchedule":
+        if example["kind"] == "JobSchedule" and "podTemplate" in example["spec"]:
+            parsed = specs.parse_job_schedule(example["spec"])
+            assert parsed.pod_run is not None and parsed.pod_run.dsn_secret == "jobwarden-dsn"
+            assert parsed.pod_run.start_deadline_seconds == 600
+            assert parsed.successful_history == 3
+        elif example["kind"] == "JobSchedule":
             parsed = specs.parse_job_schedule(example["spec"])
             assert parsed.cron == "30 2 * * 1-5" and parsed.timezone == "Europe/Berlin"
             assert dataclasses.asdict(parsed.job)["timeout_seconds"] == 1800
