@@ -22,7 +22,7 @@ from jobwarden.db import jobs as jobs_db
 from jobwarden.db import plans
 from jobwarden.db.database import channel_name
 from jobwarden.structs import podruns
-from jobwarden.structs.jobs import EnqueueResult, JobRecord, JobSpec
+from jobwarden.structs.jobs import EncodedData, EnqueueResult, JobRecord, JobSpec
 from jobwarden.structs.states import TERMINAL, JobStatus
 
 JobRef = definitions.JobRef
@@ -77,7 +77,7 @@ class _Request:
         """One job's row: its data checked (typed data, function signature, JSON)."""
         if self.cls is not None:  # typed data and function signatures, wherever it imports
             data = definitions.encode_data(self.cls, data)
-        data_json = encode_payload(data)
+        data_json = EncodedData(data, encode_payload(data))
         if unique_key is not None:
             # Blank was refused before; NUL and lone surrogates now too (same rule).
             textrules.check_name(unique_key, "unique_key", max_length=10_000)

@@ -254,6 +254,17 @@ def test_data_is_stored_exactly_through_every_insert_path(
     assert all(client.job(r.id).data == TRICKY_DATA for r in results)
 
 
+@pytest.mark.parametrize("count", [1, 5, COPY_MIN_ROWS])
+def test_a_spec_whose_data_was_replaced_stores_the_new_data(
+        client: jobwarden.Client, count: int) -> None:
+    """A prepared spec carries its payload's JSON; a copy with other data (as the
+    operator and recipes make with ``dataclasses.replace``) must not send the old text."""
+    prepared = client.spec(testjobs.Record, {"old": 1})
+    replaced = dataclasses.replace(prepared, data={"new": 2})
+    results = client.enqueue_specs([replaced] * count)
+    assert all(client.job(r.id).data == {"new": 2} for r in results)
+
+
 def test_a_function_job_batch_checks_every_item_against_the_signature(
         client: jobwarden.Client) -> None:
     """The signature is read once per function, but every item is still bound and

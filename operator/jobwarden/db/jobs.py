@@ -67,8 +67,9 @@ def _as_is(encoded: bytes) -> bytes:
 def _jsonb(spec: JobSpec) -> Jsonb:
     """The job's data for a jsonb parameter: its JSON as the enqueue already encoded
     it (``JobSpec.data_json``), else encoded here."""
-    if spec.data_json is not None:
-        return Jsonb(spec.data_json, dumps=_as_is)
+    encoded = spec.encoded_data()
+    if encoded is not None:
+        return Jsonb(encoded, dumps=_as_is)
     return Jsonb(spec.data)
 
 

@@ -13,6 +13,14 @@ from jobwarden.structs.states import JobStatus
 JsonValue = Any
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class EncodedData:
+    """A payload's JSON (UTF-8) and the very object it was encoded from."""
+
+    source: object
+    text: bytes
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class JobSpec:
     """Everything needed to insert one job row."""
@@ -41,11 +49,17 @@ class JobSpec:
     #: (docs/podruns.md): no worker claims it, the operator does, for a pod of its own.
     #: None = a pool run.
     pod_run: str | None = None
-    #: ``data`` already encoded as the JSON to store (UTF-8), when validating it
-    #: encoded it anyway (``operations.spec``): sent as is, so a payload is not
-    #: encoded twice. None: the database layer encodes ``data``. Whoever replaces
-    #: ``data`` must drop this too (``dataclasses.replace(s, data=d, data_json=None)``).
-    data_json: bytes | None = dataclasses.field(default=None, compare=False, repr=False)
+    #: ``data`` already encoded as the JSON to store, when validating it encoded it
+    #: anyway (``operations.spec``): sent as is, so a payload is not encoded twice.
+    #: It names the object it encodes, so a copy whose ``data`` was replaced
+    #: (``dataclasses.replace(s, data=d)``) is encoded afresh, never sent stale.
+    data_json: EncodedData | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def encoded_data(self) -> bytes | None:
+        """``data``'s JSON when it was encoded for exactly this object, else None."""
+        if self.data_json is not None and self.data_json.source is self.data:
+            return self.data_json.text
+        return None
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
