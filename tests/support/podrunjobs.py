@@ -22,3 +22,21 @@ class Stubborn(jobwarden.Job):
             time.sleep(0.05)
         audit(self, "end")
         return "done"
+
+
+class Hog(jobwarden.Job):
+    """Holds ``mb`` MiB of memory for ``seconds``: above its pod's memory limit it is
+    OOM-killed (the process kubelet samples the RSS, as a node's cgroup would enforce it)."""
+
+    timeout = 300
+
+    def perform(self, data: Any) -> str:
+        audit(self, "start")
+        held = bytearray(int(data.get("mb", 256)) * 1024 * 1024)
+        for index in range(0, len(held), 4096):  # touch every page: resident, not virtual
+            held[index] = 1
+        deadline = time.monotonic() + float(data.get("seconds", 60))
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+        audit(self, "end")
+        return "held"
