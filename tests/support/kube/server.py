@@ -34,6 +34,10 @@ T = TypeVar("T")
 ResourceRef = str | kmock.resource
 
 
+#: How long start() waits for the emulator's server to listen.
+START_DEADLINE_SECONDS = 120.0
+
+
 class KubeAPI:
     """One emulated cluster: ``.url``, ``.kubeconfig``, and direct access for assertions.
 
@@ -62,8 +66,12 @@ class KubeAPI:
     def start(self) -> KubeAPI:
         self._thread = threading.Thread(target=self._run, name=f"kube-api-{self.name}", daemon=True)
         self._thread.start()
-        if not self._ready.wait(timeout=30):
-            raise RuntimeError("the emulated Kubernetes API did not start within 30 s")
+        # A deadline, not a speed bound: it starts in 1-3 s, but a fresh-clone run on a
+        # saturated 2-core machine (load 30) was seen past 30 s. A failure to start
+        # sets the event at once, so a broken emulator still fails fast.
+        if not self._ready.wait(timeout=START_DEADLINE_SECONDS):
+            raise RuntimeError("the emulated Kubernetes API did not start within "
+                               f"{START_DEADLINE_SECONDS:.0f} s")
         if self._failure is not None:
             raise RuntimeError("the emulated Kubernetes API failed to start") from self._failure
         self._write_kubeconfig()
