@@ -377,14 +377,7 @@ recorded AS ({fragment_attempt_record}),
 -- token the attempt was handed: the key is free within the heartbeat grace, not
 -- after the lease window. A holder that was only paused finds out at its next
 -- renewal (lease lost), exactly as if the lease had lapsed.
-freed AS (
-    UPDATE {schema}.leases AS l
-    SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
-    FROM ended AS e
-    WHERE l.name = e.lease_name AND l.slot = 0 AND l.token = e.lease_token
-      AND l.owner = e.claim_token::text
-    RETURNING l.name, l.waiting_until
-),
+freed AS ({fragment_free_ended_claims_lease}),
 done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
 {fragment_notify_done}
 SELECT ended.id, ended.queue, ended.job_class, ended.status_after, ended.claimed_by,
@@ -523,6 +516,18 @@ SELECT queue, extract(epoch FROM now() - min(run_at))::double precision
 FROM {schema}.jobs
 WHERE status = 'pending' AND run_at <= now()
 GROUP BY queue;
+
+-- name: fragment_free_ended_claims_lease
+-- Shared by the statements that end a claim for a claimant that cannot release its
+-- own lease (the reaper, a pod run's failure): free the lease named on each `ended`
+-- row, fenced on that claim (owner = claim token) and on the token the attempt was
+-- handed. Returns each freed lease's name and waiting_until (to wake its waiters).
+UPDATE {schema}.leases AS l
+SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
+FROM ended AS e
+WHERE l.name = e.lease_name AND l.slot = 0 AND l.token = e.lease_token
+  AND l.owner = e.claim_token::text
+RETURNING l.name, l.waiting_until
 
 -- name: fragment_attempt_record
 -- Shared by every statement that ends an attempt (complete, fail, cancelled, reap):

@@ -103,14 +103,7 @@ WITH ended AS (
               j.lease_name, j.lease_token, j.claim_token
 ),
 recorded AS ({fragment_attempt_record}),
-freed AS (
-    UPDATE {schema}.leases AS l
-    SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
-    FROM ended AS e
-    WHERE l.name = e.lease_name AND l.slot = 0 AND l.token = e.lease_token
-      AND l.owner = e.claim_token::text
-    RETURNING l.name, l.waiting_until
-),
+freed AS ({fragment_free_ended_claims_lease}),
 done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
 {fragment_notify_done}
 SELECT ended.status_after, ended.queue, ended.job_class, (SELECT count(*) FROM freed),
