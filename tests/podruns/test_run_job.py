@@ -17,6 +17,7 @@ import pytest
 
 import jobwarden
 from jobwarden import podruns, reaper
+from jobwarden.cli import EXIT_SCHEMA_MISSING
 from jobwarden.db.database import Database
 from jobwarden.podruns import runjob
 from jobwarden.structs.states import JobStatus
@@ -211,6 +212,19 @@ def test_bad_input_is_one_line_and_its_exit_code_and_changes_nothing(
     assert says in err and len(err.strip().splitlines()) == 1
     assert row(db, job_id, "status::text", "heartbeat_at", "claimed_by", "updated_at") == before
     assert claim.job_id == job_id
+
+
+def test_a_schema_that_is_missing_or_behind_exits_4_and_changes_nothing(
+        client: jobwarden.Client, db: Database, run_job: Spawn) -> None:
+    """A pod started against a database whose schema is not migrated (here: another
+    schema name) says so in one line, exit 4, before it touches the claim."""
+    job_id = enqueue_pod_run(client, {"n": 1})
+    claim = _claim(db)
+    before = row(db, job_id, "status::text", "heartbeat_at", "updated_at")
+    code, err = _finish(run_job(claim, env={"JOBWARDEN_SCHEMA": "not_migrated"}))
+    assert code == EXIT_SCHEMA_MISSING, err
+    assert "run `jobwarden migrate`" in err and len(err.strip().splitlines()) == 1
+    assert row(db, job_id, "status::text", "heartbeat_at", "updated_at") == before
 
 
 @pytest.mark.parametrize(("job", "after"), [

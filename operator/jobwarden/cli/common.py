@@ -43,3 +43,14 @@ def database(args: argparse.Namespace, *, max_size: int = 2) -> Database:
 
 def client(args: argparse.Namespace) -> Client:
     return Client(database=database(args), owns_database=True)
+
+
+def check_schema_current(db: Database) -> None:
+    """Refuse to run on a schema that is missing or behind (exit 4): a long-running
+    process must not start claiming with statements the schema cannot answer."""
+    db.check()
+    pending = db.pending_migrations()
+    if pending:
+        raise errors.SchemaMissing(
+            f"the Jobwarden schema {db.schema!r} is missing or behind ({len(pending)} "
+            "migration(s) pending): run `jobwarden migrate`")

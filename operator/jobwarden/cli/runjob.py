@@ -143,12 +143,7 @@ def cmd_run_job(args: argparse.Namespace) -> int:
     db = Database(dsn, schema=common.schema(args), min_size=1, max_size=4,
                   application_name=f"jobwarden-run-job:{config.worker.host}"[:63])
     try:
-        db.check()
-        pending = db.pending_migrations()
-        if pending:
-            raise errors.SchemaMissing(
-                f"the Jobwarden schema {db.schema!r} is missing or behind ({len(pending)} "
-                "migration(s) pending): run `jobwarden migrate`")
+        common.check_schema_current(db)
         # The worker's parts first (a bad failure hook is exit 9 with nothing changed),
         # then the fenced start: only a valid claim is marked started.
         worker = build_pod_run_worker(db, config.worker, lease_token=config.lease_token)

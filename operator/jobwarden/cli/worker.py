@@ -101,12 +101,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
                   application_name=f"jobwarden-worker:{config.host}"[:63],
                   max_size=max(4, min(config.concurrency + 4, 20)))
     try:
-        db.check()
-        pending = db.pending_migrations()
-        if pending:
-            raise errors.SchemaMissing(
-                f"the Jobwarden schema {db.schema!r} is missing or behind ({len(pending)} "
-                "migration(s) pending): run `jobwarden migrate`")
+        common.check_schema_current(db)
         try:
             worker = build_worker(db, config)
         except OSError as exc:
