@@ -138,6 +138,12 @@ def test_sync_failover_under_load_loses_nothing_and_tokens_keep_increasing(
                               message="a claim on the promoted standby"))
     wait_for(lambda: (_scalar(dsn, DONE) or 0) >= JOBS, timeout=180,
              message="every job to finish on the new primary")
+    # Releases commit asynchronously (a lost release lapses by its ttl): the
+    # contender's last release before the crash may be missing on the standby, so
+    # the lease can stay held for up to its 5 s ttl after the promotion -- longer
+    # than the remaining jobs take. Wait for the contender's first lease there.
+    wait_for(lambda: len(contender.tokens) > tokens_before, timeout=60,
+             message="a lease acquired on the new primary")
     contender.stop.set()
     contender.join(15)
     with jobwarden.Client(standby.dsn) as client:
