@@ -389,7 +389,7 @@ class PodRuns:
         after = podruns.fail_pod_run(self.runtime.db, job_id, token, cause=cause,
                                      message=f"{pod}: {message}")
         if after is None:
-            logger.info("%s: pod %s ended (%s) after job %d recorded its outcome",
+            logger.debug("%s: pod %s ended (%s) after job %d recorded its outcome",
                         owner.pod_run, pod, cause, job_id)
             return
         metrics.POD_RUN_FAILURES.labels(owner.kind, cause).inc()

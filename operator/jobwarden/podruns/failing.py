@@ -71,7 +71,9 @@ def record(db: Database, *, job_id: int, claim_token: uuid.UUID, error: str) -> 
         job_id=job_id, claim_token=claim_token, error=error,
         retry_in_seconds=definitions.Job.backoff(attempt))
     if done is None:
-        logger.info("pod run job %d: %r reported after its claim ended (nothing changed)",
+        # The usual case for a pod that ran its job: the outcome was recorded before
+        # the container ended, so its end is reported to a claim already closed.
+        logger.debug("pod run job %d: %r reported after its claim ended (nothing changed)",
                     job_id, error)
         return None
     metrics.prime_job(done.queue, done.job_class)
