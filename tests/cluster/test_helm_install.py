@@ -9,6 +9,7 @@ RBAC by the real authorizer.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,9 @@ pytestmark = [pytest.mark.realkube, pytest.mark.slow]
 
 CRDS = ("workerpools.jobwarden.io", "jobschedules.jobwarden.io", "exclusivejobs.jobwarden.io")
 
+
+#: What a refused API call leaves in the operator's log: HTTP 403 or the reason.
+FORBIDDEN = re.compile(r"(?<![\d.:])403(?!\d)|[Ff]orbidden")
 
 def established(crd: dict) -> bool:
     return any(c["type"] == "Established" and c["status"] == "True"
@@ -66,4 +70,5 @@ def test_helm_install_runs_the_operator_under_its_service_account(realkube: Real
     hosts = {h.name for h in realkube.client.hosts.status(pool="workers")}
     assert set(workers) <= hosts
     logs = realkube.operator_logs()
-    assert " 403" not in logs and "Forbidden" not in logs, logs[-3000:]
+    # A status code, not any "403" (a fresh clone's run failed on "port 40371").
+    assert not FORBIDDEN.search(logs), logs[-3000:]
