@@ -14,11 +14,15 @@ Marked ``image``: it runs after the image is built (scripts/test's serial phase)
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from psycopg import conninfo
 
 from jobwarden.client import Client
 from jobwarden.structs.states import JobStatus
@@ -46,6 +50,59 @@ def image_root() -> Iterator[rt.Image]:
         tool("rm", container, check=False)
 
 
+def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    try:
+        while chunk := source.recv(65536):
+            sink.sendall(chunk)
+    except OSError:
+        pass
+    finally:
+        for end in (source, sink):
+            with contextlib.suppress(OSError):
+                end.shutdown(socket.SHUT_RDWR)
+            end.close()
+
+
+@contextlib.contextmanager
+def loopback_dsn(dsn: str) -> Iterator[str]:
+    """``dsn`` reachable from inside the image over TCP on loopback.
+
+    The test command's embedded PostgreSQL (CI has no server on 5432) listens only on
+    a Unix socket in a 0700 directory of the host's /tmp, which a chrooted uid 10001
+    cannot reach; pods share the host's network, so a relay on a loopback port that
+    forwards to the socket gives them the database as a TCP service, as in a cluster.
+    """
+    params = conninfo.conninfo_to_dict(dsn)
+    host = str(params.get("host") or "")
+    if not host.startswith("/"):
+        yield dsn
+        return
+    path = f"{host}/.s.PGSQL.{params.get('port') or 5432}"
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def relay() -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return  # closed: the test is over
+            upstream = socket.socket(socket.AF_UNIX)
+            try:
+                upstream.connect(path)
+            except OSError:
+                client.close()
+                upstream.close()
+                continue
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pipe, args=(source, sink), daemon=True).start()
+
+    threading.Thread(target=relay, daemon=True).start()
+    try:
+        yield conninfo.make_conninfo(dsn, host="127.0.0.1", port=str(server.getsockname()[1]))
+    finally:
+        server.close()
+
+
 def uid_of(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("Uid:"):
@@ -56,9 +113,9 @@ def uid_of(pid: int) -> int:
 def test_the_operator_and_a_worker_run_inside_the_image(
         control_plane: ControlPlane, dsn: str, client: Client, tmp_path: Path,
         image_root: rt.Image):
-    with open_cluster(control_plane, namespace=f"t-{uuid.uuid4().hex[:10]}", dsn=dsn,
-                      client=client, workdir=tmp_path,
-                      images=rt.Images(root=image_root)) as cluster:
+    with loopback_dsn(dsn) as pod_dsn, open_cluster(
+            control_plane, namespace=f"t-{uuid.uuid4().hex[:10]}", dsn=pod_dsn,
+            client=client, workdir=tmp_path, images=rt.Images(root=image_root)) as cluster:
         cluster.install()
         (operator,) = [p for p in cluster.kubelet.pods.values() if p.container == "operator"]
         assert operator.root == image_root.root
@@ -68,7 +125,7 @@ def test_the_operator_and_a_worker_run_inside_the_image(
         assert operator.full_env["KUBERNETES_SERVICE_HOST"] == "127.0.0.1"
         assert uid_of(operator.proc.pid) == 10001
 
-        cluster.api.create(secret("db", cluster.namespace, dsn))
+        cluster.api.create(secret("db", cluster.namespace, pod_dsn))
         cluster.api.create(worker_pool("workers", cluster.namespace, "db"))
         cluster.wait(lambda: ((cluster.api.get("workerpools", "workers", cluster.namespace)
                                or {}).get("status") or {}).get("readyReplicas") == 1,
