@@ -142,3 +142,66 @@ def test_an_exclusive_job_in_a_pod_defers_while_its_key_is_held_without_a_pod(
 def _slot(unique_key: str | None) -> Any:
     from jobwarden.structs.podruns import slot_of
     return slot_of("default/export", unique_key)
+
+
+def fail_pod(api: KubeAPI, pod: dict[str, Any]) -> None:
+    """What a kubelet reports when the container dies without its job recording an outcome."""
+    stamp = "2026-11-30T00:00:00Z"
+    api.patch("pods", pod["metadata"]["name"], {"status": {
+        "phase": "Failed", "containerStatuses": [{
+            "name": "job", "ready": False, "restartCount": 0, "image": "example/jobs:1",
+            "imageID": "", "state": {"terminated": {
+                "exitCode": 137, "reason": "Error", "startedAt": stamp,
+                "finishedAt": stamp}}}]}}, subresource="status")
+
+
+def test_an_exclusive_job_keeps_its_newest_failed_pod_by_default(
+        kube_api: KubeAPI, kubectl: Kubectl, client: Client,
+        start_operator: Callable[..., OperatorProcess]) -> None:
+    """failedJobsHistoryLimit defaults to 1 (CronJob's): each retry is a new pod, and the
+    pods of the earlier failed attempts are deleted, the newest failed one is kept."""
+    start_operator(kube_api)
+    kubectl.apply(EXCLUSIVE.replace('job: {class: "tests.support.testjobs:Noop"}',
+                                    'job: {class: "tests.support.testjobs:Noop", '
+                                    'maxRetries: 2}'))
+    failed: list[str] = []
+    for attempt in (1, 2, 3):
+        pod = wait_for(lambda a=attempt: next(  # type: ignore[misc]
+            (p for p in run_pods(kube_api, "ExclusiveJob")
+             if p["metadata"]["labels"][runpods.ATTEMPT_LABEL] == str(a)), None),
+            timeout=40, message=f"the pod of attempt {attempt}")
+        fail_pod(kube_api, pod)
+        failed.append(pod["metadata"]["name"])
+    xj = kube_api.wait_for("xj", "migrate", timeout=30,
+                           condition=lambda o: o.get("status", {}).get("phase") == "Failed")
+    job = client.job(int(xj["status"]["jobId"]))
+    assert job.status is JobStatus.FAILED and job.attempts == 3
+    assert job.last_error is not None and "pod killed" in job.last_error
+
+    def kept() -> list[str]:
+        return sorted(p["metadata"]["name"] for p in run_pods(kube_api, "ExclusiveJob")
+                      if not p["metadata"].get("deletionTimestamp"))
+
+    wait_for(lambda: kept() == [failed[-1]], timeout=30,
+             message="only the newest failed pod kept (failedJobsHistoryLimit 1)")
+
+
+def test_an_exclusive_jobs_history_limits_are_its_own(
+        kube_api: KubeAPI, kubectl: Kubectl, client: Client,
+        start_operator: Callable[..., OperatorProcess]) -> None:
+    """failedJobsHistoryLimit: 0 deletes every failed attempt's pod; 5 would keep them."""
+    start_operator(kube_api)
+    kubectl.apply(EXCLUSIVE.replace('job: {class: "tests.support.testjobs:Noop"}',
+                                    'job: {class: "tests.support.testjobs:Noop", '
+                                    'maxRetries: 1}\n  failedJobsHistoryLimit: 0'))
+    for attempt in (1, 2):
+        pod = wait_for(lambda a=attempt: next(  # type: ignore[misc]
+            (p for p in run_pods(kube_api, "ExclusiveJob")
+             if p["metadata"]["labels"][runpods.ATTEMPT_LABEL] == str(a)), None),
+            timeout=40, message=f"the pod of attempt {attempt}")
+        fail_pod(kube_api, pod)
+    kube_api.wait_for("xj", "migrate", timeout=30,
+                      condition=lambda o: o.get("status", {}).get("phase") == "Failed")
+    wait_for(lambda: not [p for p in run_pods(kube_api, "ExclusiveJob")
+                          if not p["metadata"].get("deletionTimestamp")], timeout=30,
+             message="every failed pod deleted (failedJobsHistoryLimit 0)")

@@ -106,8 +106,19 @@ def test_a_very_long_key_maps_to_the_same_hashed_lease_name_the_worker_uses() ->
     assert parsed.lease_name == lease_name(f"key:{key}") and len(parsed.lease_name) == 200
 
 
+def test_an_exclusive_jobs_pod_history_defaults_to_cronjobs_three_and_one() -> None:
+    default = specs.parse_exclusive_job({"job": {"class": "a:B"}})
+    assert (default.successful_history, default.failed_history) == (3, 1)
+    own = specs.parse_exclusive_job({"job": {"class": "a:B"}, "successfulJobsHistoryLimit": 0,
+                                     "failedJobsHistoryLimit": 7})
+    assert (own.successful_history, own.failed_history) == (0, 7)
+
+
 @pytest.mark.parametrize(("spec", "field"), [
     ({"job": {"class": "a:B"}, "lease": {"onBusy": "wait"}}, "lease.onBusy"),
+    ({"job": {"class": "a:B"}, "failedJobsHistoryLimit": -1}, "failedJobsHistoryLimit"),
+    ({"job": {"class": "a:B"}, "successfulJobsHistoryLimit": 1.5},
+     "successfulJobsHistoryLimit"),
     ({"job": {"class": "a:B"}, "lease": {"ttlSeconds": 1}}, "lease.ttlSeconds"),
     ({"job": {"class": "a:B"}, "lease": "defer"}, "lease"),
     ({"job": {"class": "a:B"}, "concurrencyKey": 7}, "concurrencyKey"),

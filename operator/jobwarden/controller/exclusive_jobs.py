@@ -129,8 +129,10 @@ class ExclusiveJobReconciler:
                     self._supersede(body, old)
             job = self.runtime.db.jobs.get(job_id)
             lease = self.read_lease(self.lease_of(job, spec))
-            pods = self.runtime.pod_runs.reconcile(KIND, meta, spec.pod_run) \
-                if self.runtime.pod_runs is not None else None
+            pods = self.runtime.pod_runs.reconcile(
+                KIND, meta, spec.pod_run, successful_history=spec.successful_history,
+                failed_history=spec.failed_history) if self.runtime.pod_runs is not None \
+                else None
         except errors.DatabaseUnavailable as exc:
             self.runtime.failed(KIND)
             self.runtime.health.database(False)

@@ -47,7 +47,11 @@ SCHEDULE_FIELDS = ("schedule", "interval", "timeZone", *JOB_FIELDS, "catchUp",
                    *POD_RUN_FIELDS)
 #: Every path under ``spec`` the ExclusiveJob parser reads.
 EXCLUSIVE_FIELDS = (*JOB_FIELDS, "concurrencyKey", "lease", "lease.ttlSeconds", "lease.onBusy",
-                    "workerPool", *POD_RUN_FIELDS)
+                    "workerPool", "successfulJobsHistoryLimit", "failedJobsHistoryLimit",
+                    *POD_RUN_FIELDS)
+#: An ExclusiveJob's pod history when unset: CronJob's defaults (its Succeeded / Failed pods).
+EXCLUSIVE_SUCCESSFUL_HISTORY = 3
+EXCLUSIVE_FAILED_HISTORY = 1
 #: ``spec.startDeadlineSeconds`` when unset: claim -> running container.
 DEFAULT_START_DEADLINE = 300
 #: The container of a pod template that runs the job (else the first one).
@@ -369,6 +373,11 @@ class ExclusiveJobSpec:
     worker_pool: str | None
     #: The job runs in a pod of its own (None: a WorkerPool slot runs it).
     pod_run: PodRunSpec | None = None
+    #: Finished pods kept (Succeeded / Failed; the job has one row, its pods one per
+    #: attempt): CronJob's defaults, since an ExclusiveJob's retries would otherwise
+    #: leave every failed attempt's pod behind until the resource is deleted.
+    successful_history: int = EXCLUSIVE_SUCCESSFUL_HISTORY
+    failed_history: int = EXCLUSIVE_FAILED_HISTORY
 
     @property
     def lease_name(self) -> str:
@@ -398,7 +407,15 @@ def parse_exclusive_job(spec: Mapping[str, Any] | None) -> ExclusiveJobSpec:
                               default="defer"),  # type: ignore[arg-type]
         worker_pool=reader.string("workerPool"),
         pod_run=_pod_run(reader),
+        successful_history=_or(reader.integer("successfulJobsHistoryLimit", minimum=0,
+                                              maximum=10000), EXCLUSIVE_SUCCESSFUL_HISTORY),
+        failed_history=_or(reader.integer("failedJobsHistoryLimit", minimum=0, maximum=10000),
+                           EXCLUSIVE_FAILED_HISTORY),
     )
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def pod_run_name(kind: str, namespace: str, name: str) -> str:
