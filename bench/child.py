@@ -12,6 +12,12 @@ Modes:
 * ``trickle``: start the worker, wait ``settle`` seconds, report ``ready``
   (the parent reads RSS, then enqueues jobs one at a time), and report every
   job's start time on the monotonic clock once ``n`` jobs have run.
+* ``shared``: one of several worker processes draining one queue together
+  (``bench.growth``): report ``ready`` once the library is imported, start the
+  worker on a ``go`` line on stdin (so that every process starts at once),
+  report ``progress`` (jobs started so far) every 50 ms, and on a ``stop`` line
+  (or end of stdin) stop the worker gracefully and report every job's start time.
+  ``--n`` is not used: the parent decides when enough jobs ran, across processes.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -65,12 +72,45 @@ async def _run(system: base.System, args: argparse.Namespace) -> None:
     )
 
 
+async def _shared(system: base.System, args: argparse.Namespace) -> None:
+    loop = asyncio.get_running_loop()
+    go, stopping = asyncio.Event(), asyncio.Event()
+
+    def commands() -> None:
+        for line in sys.stdin:
+            if line.strip() == "go":
+                loop.call_soon_threadsafe(go.set)
+            elif line.strip() == "stop":
+                break
+        loop.call_soon_threadsafe(stopping.set)
+
+    threading.Thread(target=commands, daemon=True).start()
+    recorder = base.Recorder(target=-1)  # never "done": the parent says when to stop
+    stop = asyncio.Event()
+    setting = base.WorkerSetting(label=args.label, concurrency=args.concurrency)
+    emit("ready", pid=os.getpid())
+    await go.wait()
+    worker = asyncio.create_task(
+        system.run_worker(args.dsn, setting=setting, on_job=recorder.on_job, stop=stop)
+    )
+    stopped = asyncio.create_task(stopping.wait())
+    while not stopped.done():
+        await asyncio.wait({worker, stopped}, timeout=0.05, return_when="FIRST_COMPLETED")
+        if worker.done():
+            worker.result()  # raises what killed the worker
+            raise RuntimeError("the worker returned before it was asked to stop")
+        emit("progress", count=recorder.count)
+    stop.set()
+    await asyncio.wait_for(worker, timeout=args.timeout)
+    emit("result", count=recorder.count, starts=sorted(recorder.starts.values()))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.child")
     parser.add_argument("--system", required=True)
     parser.add_argument("--dsn", required=True)
-    parser.add_argument("--mode", choices=["drain", "trickle"], required=True)
-    parser.add_argument("--n", type=int, required=True)
+    parser.add_argument("--mode", choices=["drain", "trickle", "shared"], required=True)
+    parser.add_argument("--n", type=int, default=0)
     parser.add_argument("--label", default="")
     parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--settle", type=float, default=1.0)
@@ -85,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         runner = asyncio.run
     try:
-        runner(_run(system, args))
+        runner(_shared(system, args) if args.mode == "shared" else _run(system, args))
     except Exception as exc:
         emit("error", error=f"{type(exc).__name__}: {exc}")
         return 1

@@ -15,6 +15,8 @@ Where each part runs:
   so each run starts cold, imports only its own library, and the idle worker's
   resident memory can be read from ``/proc/<pid>/status``.
 * ``lease_cycle`` (optional, issue 3) runs in one spawned process per client.
+* ``fill`` and ``claim_latencies`` (the growth curves, ``bench.growth``) run in
+  the harness process, before the workers start.
 
 The workload is the same for every system: a no-op job whose data is
 ``{"i": <int>}``; the job body must call ``on_job(i)`` first thing and do
@@ -100,6 +102,22 @@ class System(Protocol):
 
         It must wake on LISTEN/NOTIFY as it would in production: the latency
         measurement starts it idle and trickles jobs in.
+        """
+
+    async def fill(self, dsn: str, *, pending: int, completed: int) -> None:
+        """Growth curves (``bench.growth``): load the system's own tables with SQL
+        (``generate_series``) into the state its API leaves after ``completed``
+        no-op jobs finished an hour ago and ``pending`` no-op jobs (``i`` = 1..pending)
+        were enqueued after them: the same rows, in every table the system writes,
+        that the adapter's enqueue and worker would leave (only triggers that
+        leave nothing behind, such as a per-row NOTIFY, may be off during the load).
+        """
+
+    async def claim_latencies(self, dsn: str, *, samples: int) -> list[float]:
+        """Growth curves: claim one pending job ``samples`` times, one after the
+        other, through the same call or statement the system's worker claims with,
+        each timed from the client (milliseconds, commit included); then give the
+        claimed jobs back (pending again) so they neither count nor block a drain.
         """
 
     def lease_cycle(self, dsn: str, index: int) -> contextlib.AbstractContextManager[LeaseCycle]:

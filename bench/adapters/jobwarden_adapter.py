@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Literal
 
@@ -33,6 +34,8 @@ from jobwarden.assembly import build_worker
 from jobwarden.db.database import Database
 
 SCHEMA = "jobwarden"
+JOB_CLASS = f"{__name__}:noop"  # what ``@jobwarden.job`` names the function below
+PROBE_HOST = "bench-probe"
 LEASE_TTL_SECONDS = 30.0
 
 _on_job: base.OnJob | None = None
@@ -121,6 +124,54 @@ class JobwardenSystem:
                 await stop.wait()
             finally:
                 await asyncio.to_thread(worker.stop)
+
+    async def fill(self, dsn: str, *, pending: int, completed: int) -> None:
+        # A finished job leaves its jobs row (status completed, its claim's
+        # columns set) and one job_attempts row; a pending one only its row.
+        # (The schema is spelled out in the statements: it is SCHEMA.)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            if completed:
+                conn.execute(
+                    "INSERT INTO jobwarden.jobs (job_class, data, max_retries, status,"
+                    " attempts, claim_token, claimed_by, claimed_at, heartbeat_at,"
+                    " finished_at, result, run_at, created_at, updated_at)"
+                    " SELECT %s, jsonb_build_object('i', -g), 0, 'completed', 1,"
+                    " gen_random_uuid(), 'bench-fill', t, t, t, 'null', t, t, t"
+                    " FROM generate_series(1, %s) AS g,"
+                    " (SELECT now() - interval '1 hour' AS t) AS at",
+                    (JOB_CLASS, completed),
+                )
+                conn.execute(
+                    "INSERT INTO jobwarden.job_attempts (job_id, slot, attempt, started_at,"
+                    " finished_at, host, outcome, status_after)"
+                    " SELECT id, 1, 1, claimed_at, finished_at, claimed_by, 'completed',"
+                    " 'completed' FROM jobwarden.jobs WHERE status = 'completed'"
+                )
+            if pending:
+                conn.execute(
+                    "INSERT INTO jobwarden.jobs (job_class, data, max_retries)"
+                    " SELECT %s, jsonb_build_object('i', g), 0"
+                    " FROM generate_series(1, %s) AS g",
+                    (JOB_CLASS, pending),
+                )
+
+    async def claim_latencies(self, dsn: str, *, samples: int) -> list[float]:
+        timings: list[float] = []
+        with Database(dsn, schema=SCHEMA, min_size=1, max_size=1) as db:
+            db.check()
+            for _ in range(samples):
+                started = time.perf_counter()
+                db.jobs.claim(host=PROBE_HOST, limit=1, grace_seconds=600)
+                timings.append((time.perf_counter() - started) * 1000)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE jobwarden.jobs SET status = 'pending', claim_token = NULL,"
+                " claimed_by = NULL, claimed_at = NULL, heartbeat_at = NULL,"
+                " claim_expires_at = NULL, attempts = 0"
+                " WHERE claimed_by = %s AND status = 'processing'",
+                (PROBE_HOST,),
+            )
+        return timings
 
     @contextlib.contextmanager
     def lease_cycle(self, dsn: str, index: int) -> Iterator[base.LeaseCycle]:

@@ -24,7 +24,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import json
+import time
+import uuid
 from collections.abc import AsyncIterator
 from importlib import metadata
 from typing import Any, Literal
@@ -33,7 +36,8 @@ import asyncpg
 from pgqueuer.db import AsyncpgDriver
 from pgqueuer.models import Job
 from pgqueuer.qm import QueueManager
-from pgqueuer.queries import Queries
+from pgqueuer.queries import EntrypointExecutionParameter, Queries
+from pgqueuer.types import QueueEntrypoint, QueueManagerId
 from psycopg import conninfo
 
 from bench.adapters import base
@@ -154,6 +158,66 @@ class PgqueuerSystem:
             await worker
         finally:
             await conn.close()
+
+    async def fill(self, dsn: str, *, pending: int, completed: int) -> None:
+        # A finished job leaves no queue row (it is deleted) but three log rows
+        # (queued, picked, successful), folded into the statistics by the
+        # workers' periodic aggregation (aggregated = true) long before an hour
+        # has passed; an enqueued job leaves its queued row and a "queued" log
+        # row, not aggregated yet -- both as ``Queries.enqueue`` writes them.
+        conn = await _connect(dsn)
+        try:
+            if completed:
+                await conn.execute(
+                    "INSERT INTO pgqueuer_log (created, job_id, status, priority, entrypoint,"
+                    " aggregated) SELECT now() - interval '1 hour', g, s.status::pgqueuer_status,"
+                    " 0, $1, true FROM generate_series(1, $2::bigint) AS g,"
+                    " (VALUES (1, 'queued'), (2, 'picked'), (3, 'successful')) AS s(n, status)"
+                    " ORDER BY g, s.n",
+                    ENTRYPOINT,
+                    completed,
+                )
+                # The queue's ids continue after the finished jobs' ids.
+                await conn.execute("SELECT setval('pgqueuer_id_seq', $1::bigint)", completed)
+            if pending:
+                await conn.execute(
+                    "WITH inserted AS (INSERT INTO pgqueuer (priority, entrypoint, payload,"
+                    " execute_after, status) SELECT 0, $1, convert_to(json_build_object('i', g)"
+                    "::text, 'UTF8'), now(), 'queued' FROM generate_series(1, $2::bigint) AS g"
+                    " RETURNING id, entrypoint, priority)"
+                    " INSERT INTO pgqueuer_log (job_id, status, entrypoint, priority)"
+                    " SELECT id, 'queued', entrypoint, priority FROM inserted",
+                    ENTRYPOINT,
+                    pending,
+                )
+        finally:
+            await conn.close()
+
+    async def claim_latencies(self, dsn: str, *, samples: int) -> list[float]:
+        conn = await _connect(dsn)
+        manager_id = QueueManagerId(uuid.uuid4())
+        entrypoints = {QueueEntrypoint(ENTRYPOINT): EntrypointExecutionParameter(0)}
+        timings: list[float] = []
+        try:
+            queries = Queries(AsyncpgDriver(conn))
+            for _ in range(samples):
+                started = time.perf_counter()
+                await queries.dequeue(
+                    batch_size=1,
+                    entrypoints=entrypoints,
+                    queue_manager_id=manager_id,
+                    global_concurrency_limit=None,
+                    heartbeat_timeout=datetime.timedelta(seconds=30),
+                )
+                timings.append((time.perf_counter() - started) * 1000)
+            await conn.execute(
+                "UPDATE pgqueuer SET status = 'queued', queue_manager_id = NULL"
+                " WHERE queue_manager_id = $1 AND status = 'picked'",
+                manager_id,
+            )
+        finally:
+            await conn.close()
+        return timings
 
     def lease_cycle(
         self, dsn: str, index: int

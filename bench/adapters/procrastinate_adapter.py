@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
@@ -27,6 +28,8 @@ from bench.adapters import base
 # faster than 4 when the machine was quiet and slower under load. Its best
 # setting here is therefore 4 (the "best" row repeats c4 with more jobs).
 BEST_CONCURRENCY = 4
+
+NOTIFY_TRIGGER = "procrastinate_jobs_notify_queue_job_inserted_v1"
 
 _on_job: base.OnJob | None = None
 
@@ -125,6 +128,63 @@ class ProcrastinateSystem:
             worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await worker
+
+    async def fill(self, dsn: str, *, pending: int, completed: int) -> None:
+        # A finished job leaves its row (succeeded, 1 attempt, no worker once its
+        # worker unregistered) and three events (deferred, started, succeeded); a
+        # deferred one its todo row and a "deferred" event (its insert trigger).
+        # The per-row NOTIFY trigger is off during the load: nobody listens, and a
+        # notification leaves nothing behind.
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+            if completed:
+                await conn.execute(
+                    "INSERT INTO procrastinate_jobs (queue_name, task_name, args, status,"
+                    " attempts) SELECT 'default', 'noop', jsonb_build_object('i', -g),"
+                    " 'succeeded', 1 FROM generate_series(1, %s) AS g",
+                    (completed,),
+                )
+                await conn.execute(
+                    "INSERT INTO procrastinate_events (job_id, type, at)"
+                    " SELECT j.id, e.type::procrastinate_job_event_type,"
+                    " now() - interval '1 hour' FROM procrastinate_jobs AS j,"
+                    " (VALUES (1, 'deferred'), (2, 'started'), (3, 'succeeded')) AS e(n, type)"
+                    " WHERE j.status = 'succeeded' ORDER BY j.id, e.n"
+                )
+            if pending:
+                async with conn.transaction():
+                    await conn.execute(
+                        f"ALTER TABLE procrastinate_jobs DISABLE TRIGGER {NOTIFY_TRIGGER}"
+                    )
+                    await conn.execute(
+                        "INSERT INTO procrastinate_jobs (queue_name, task_name, args)"
+                        " SELECT 'default', 'noop', jsonb_build_object('i', g)"
+                        " FROM generate_series(1, %s) AS g",
+                        (pending,),
+                    )
+                    await conn.execute(
+                        f"ALTER TABLE procrastinate_jobs ENABLE TRIGGER {NOTIFY_TRIGGER}"
+                    )
+
+    async def claim_latencies(self, dsn: str, *, samples: int) -> list[float]:
+        app = _make_app(dsn)
+        timings: list[float] = []
+        async with app.open_async():
+            manager = app.job_manager
+            worker_id = await manager.register_worker()
+            try:
+                for _ in range(samples):
+                    started = time.perf_counter()
+                    await manager.fetch_job(queues=None, worker_id=worker_id)
+                    timings.append((time.perf_counter() - started) * 1000)
+                async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
+                    await conn.execute(
+                        "UPDATE procrastinate_jobs SET status = 'todo', worker_id = NULL"
+                        " WHERE worker_id = %s AND status = 'doing'",
+                        (worker_id,),
+                    )
+            finally:
+                await manager.unregister_worker(worker_id)
+        return timings
 
     def lease_cycle(
         self, dsn: str, index: int

@@ -53,25 +53,43 @@ def test_quick_update_baseline_reports_rates_and_leaves_no_database(
     assert left == []
 
 
-def test_growth_curves_and_a_short_soak_run_end_to_end(pg_server: str, tmp_path: Path) -> None:
-    """``python -m bench.growth`` on tiny sizes: every curve and the soak report figures."""
-    name = f"bench_growth_{uuid.uuid4().hex[:8]}"
+def test_growth_quick_runs_every_curve_side_by_side_and_a_short_soak(
+    pg_server: str, tmp_path: Path
+) -> None:
+    """``python -m bench.growth --quick``: every point for every loadable system, ratios, soak.
+
+    The peers are optional (the ``bench`` extra); where they are installed, each
+    must have its own figures beside Jobwarden's and a ratio in the summary.
+    """
+    prefix = f"bench_growth_{uuid.uuid4().hex[:8]}_"
     out = tmp_path / "growth.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.growth", "--dsn", pg_server, "--db-name", name,
-         "--drain", "40", "--sizes", "40,80", "--completed", "100", "--processes", "1,2",
-         "--reps", "1", "--soak", "2", "--soak-every", "1", "--rate", "20",
-         "--out", str(out)],
+        [sys.executable, "-m", "bench.growth", "--quick", "--allow-missing",
+         "--dsn", pg_server, "--db-prefix", prefix, "--out", str(out)],
         cwd=REPO, capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     record = json.loads(out.read_text())
-    scenarios = {r["scenario"] for r in record["runs"]}
-    assert scenarios == {"40 pending", "80 pending", "40 pending + 100 completed",
-                         "40 pending, 2 processes"}
-    assert all(r["drain"]["jobs"] == 40 and r["drain"]["jobs_per_s"] > 0
-               for r in record["runs"])
+    systems = set(record["systems"])
+    assert "jobwarden" in systems
+    points = {"40 pending", "40 pending + 100 completed", "40 pending, 2 processes"}
+    assert {(r["system"], r["scenario"]) for r in record["runs"]} == {
+        (s, p) for s in systems for p in points}
+    for run in record["runs"]:
+        assert run["drain"]["jobs"] == 40 and run["drain"]["jobs_per_s"] > 0, run
+        assert sum(run["drain"]["per_process"]) >= 40
+        assert len(run["drain"]["per_process"]) == run["processes"]
+        assert run["claim"]["p50_ms"] > 0
+        assert run["filled"]["table_bytes"] > 0
+        assert run["load_before"] >= 0
+    completed = [r for r in record["runs"] if r["completed"] == 100]
+    assert all(r["filled"]["tables"] for r in completed)
+    for point in points:
+        row = record["summary"][point]
+        assert set(row) == systems
+        assert set(row["jobwarden"]["ratios"]) == systems - {"jobwarden"}
+    assert "jw/" in record["table"] or systems == {"jobwarden"}
     assert record["soak"]["samples"] and record["soak"]["samples"][-1]["enqueued"] > 0
     with psycopg.connect(pg_server) as conn:
         left = conn.execute("SELECT count(*) FROM pg_database WHERE datname LIKE %s",
-                            (f"{name}%",)).fetchone()
+                            (f"{prefix}%",)).fetchone()
     assert left == (0,)
