@@ -8,11 +8,14 @@ died without recording an outcome.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
+import kmock
+import psycopg
 import pytest
 
-from jobwarden.controller import runpods
+from jobwarden.controller import podrunning, runpods
 from jobwarden.structs.jobs import JobRecord
 from jobwarden.structs.states import JobStatus
 from tests.conftest import audit_rows
@@ -156,3 +159,49 @@ def test_replace_stops_the_old_pod_before_the_new_run_starts(cluster: Cluster) -
     assert cluster.kubelet.process(old_pod).proc.poll() is not None  # the old pod ended
     assert not [r for r in audit_rows(cluster.dsn, "end") if r[0] == old.id]  # stopped early
     assert [r for r in audit_rows(cluster.dsn, "start") if r[0] == old.id]
+
+
+def claim_token(dsn: str, job_id: int) -> str:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT claim_token::text FROM jobwarden.jobs WHERE id = %s",
+                           (job_id,)).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+@pytest.mark.serial
+def test_a_claim_an_operator_crash_left_without_a_pod_gets_it_from_the_next_operator(
+        cluster: Cluster) -> None:
+    """SIGKILL of the operator between its claim and the pod's creation: the next operator
+    creates the pod with the claim's own id and token, and the job runs once."""
+    refusing = threading.Event()
+    refusing.set()  # every pod create fails (503) until cleared: the claim has no pod
+    cluster.api.emulator["create", kmock.resource("", "v1", "pods"), refusing] << 503
+    crashed = cluster.operator
+    cluster.api.create(exclusive("orphan", "tests.support.testjobs:SleepyOnce",
+                                 {"seconds": 0.5}))
+    xj = cluster.api.wait_for("xj", "orphan", NAMESPACE, timeout=60,
+                              condition=lambda o: bool(o.get("status", {}).get("jobId")))
+    job_id = int(xj["status"]["jobId"])
+    name = f"orphan-j{job_id}-1"
+    cluster.wait(lambda: f"creating pod {name} for job {job_id} failed" in crashed.logs(),
+                 timeout=60, what="the operator claimed the run and failed to create its pod")
+    crashed.proc.kill()  # the logged point: claimed, no pod
+    crashed.proc.wait(timeout=30)
+    claimed = cluster.client.job(job_id)
+    assert claimed.status is JobStatus.PROCESSING and claimed.heartbeat_at is None
+    assert claimed.claimed_by == podrunning.claimant_of("default") and claimed.attempts == 1
+    token = claim_token(cluster.dsn, job_id)
+    assert not run_pods(cluster, "orphan")
+
+    refusing.clear()
+    cluster.operators.append(cluster.start(cluster.api, **OPERATOR_ENV))
+    done = cluster.wait(lambda: (j := cluster.client.job(job_id)).status is JobStatus.COMPLETED
+                        and j, timeout=120, what="the job completed in the re-created pod")
+    assert done.attempts == 1 and done.claimed_by == name  # the same claim, run by that pod
+    assert started_pods(cluster, "orphan") == {name}
+    assert cluster.kubelet.process(name).env["JOBWARDEN_CLAIM_TOKEN"] == token
+    assert [r[0] for r in audit_rows(cluster.dsn, "start")].count(job_id) == 1  # ran once
+    assert [r[0] for r in audit_rows(cluster.dsn, "end")].count(job_id) == 1
+    events = cluster.api.events(NAMESPACE, involved="orphan")
+    assert "PodRecreated" in {e["reason"] for e in events}

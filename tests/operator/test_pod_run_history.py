@@ -67,3 +67,32 @@ def test_the_claim_and_the_owner_are_read_back_from_the_pod() -> None:
     assert podrunning.owner_of(manifest) == owner
     assert podrunning.owner_of({"metadata": {"ownerReferences": [{"kind": "WorkerPool"}]}}) \
         is None
+
+
+def _row(job_id: int, *, claimed_by: str = "pod-runs:east", started: bool = False,
+         cancel: bool = False, age: float = 5.0, attempt: int = 1) -> Any:
+    import datetime as dt
+
+    from jobwarden.structs.podruns import RunningPodRun
+
+    now = dt.datetime(2026, 11, 30, 7, 0, tzinfo=dt.UTC)
+    return RunningPodRun(job_id=job_id, pod_run="ExclusiveJob/n/m", claim_token=f"t{job_id}",
+                         attempt=attempt, schedule_name=None, slot=None,
+                         cancel_requested=cancel, claimed_at=now - dt.timedelta(seconds=age),
+                         heartbeat_at=now if started else None, claim_expires_at=None,
+                         claimed_by=claimed_by, lease_token=40 + job_id)
+
+
+def test_only_this_clusters_unstarted_claims_within_their_deadline_get_a_new_pod() -> None:
+    import datetime as dt
+
+    now = dt.datetime(2026, 11, 30, 7, 0, tzinfo=dt.UTC).timestamp()
+    rows = [_row(1), _row(2, claimed_by="pod-runs:west"), _row(3, started=True),
+            _row(4, cancel=True), _row(5, age=61.0), _row(6), _row(7), _row(8, attempt=2)]
+    found = podrunning.orphaned_claims(rows, have={(6, 1), (8, 1)}, claimant="pod-runs:east",
+                                       now=now, deadline=60.0, skip={7})
+    # 2: another cluster's; 3: run-job started; 4: cancelled; 5: past its start deadline;
+    # 6: its pod exists; 7: claimed in this pass; 8: the pod of an earlier attempt only.
+    assert [r.job_id for r in found] == [1, 8]
+    run = podrunning.run_of_row(found[0])
+    assert (run.job_id, run.attempt, run.claim_token, run.lease_token) == (1, 1, "t1", 41)

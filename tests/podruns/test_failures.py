@@ -3,6 +3,7 @@ running_pod_runs; the reaper on a pod that never started (docs/podruns.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 
 import pytest
@@ -12,6 +13,7 @@ from jobwarden import errors, podruns, reaper
 from jobwarden.db.database import Database
 from jobwarden.structs.states import JobStatus
 from tests.podruns.support import CLAIMANT, POD, counter, enqueue_pod_run, hold_lease, row
+from tests.support import testjobs
 from tests.support.waiting import wait_for
 
 JOB = "tests.support.testjobs:Record"
@@ -164,6 +166,27 @@ def test_running_pod_runs_show_a_replace_and_whether_the_pod_started(
         (first, True, True), (second, False, False)]
     assert {r.claim_token for r in running} == {c.claim_token for c in claims}
     assert podruns.running_pod_runs(db, []) == []
+
+
+def test_running_pod_runs_name_the_claimant_and_the_lease_token_a_pod_is_handed(
+        client: jobwarden.Client, db: Database) -> None:
+    """What a restarted operator needs to re-create the pod of a claim it never created."""
+    leased = client.spec(testjobs.Record.path(), {"n": 1}, pod_run=POD, check=False)
+    client.enqueue_specs([dataclasses.replace(leased, lease_name="key:running-lease")])
+    plain = enqueue_pod_run(client, {"n": 2})
+    claims = {c.job_id: c for c in podruns.claim_pod_runs(
+        db, pod_runs=[POD], claimant=CLAIMANT, start_deadline=60, limit=5).claims}
+    assert len(claims) == 2
+    _start(db, claims[plain])
+
+    running = {r.job_id: r for r in podruns.running_pod_runs(db, [POD])}
+
+    for job_id, claim in claims.items():
+        assert running[job_id].lease_token == claim.lease_token
+    assert [r.lease_token is not None for r in running.values()].count(True) == 1
+    unstarted = next(r for r in running.values() if r.job_id != plain)
+    assert unstarted.claimed_by == CLAIMANT and not unstarted.started
+    assert running[plain].claimed_by != CLAIMANT and running[plain].started  # the pod's name
 
 
 def test_the_reaper_retries_a_never_started_run_and_interrupts_a_started_one(

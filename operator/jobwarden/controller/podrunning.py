@@ -16,10 +16,18 @@ which does, for that resource:
   each row still goes to exactly one of them. A claim whose lease is busy was
   deferred (or skipped, or failed) by the claim itself and never becomes a pod.
   The pod's name is derived from the claim, so a create retried after a lost
-  reply finds the pod (409) instead of making a second. An operator that dies
-  between its claim and the create leaves a claim without a pod: the reaper
-  ends it at the claim's start deadline, and a run whose job never started goes
-  back to pending whatever its idempotency (nothing ran).
+  reply finds the pod (409) instead of making a second.
+* **re-create.** An operator that dies between its claim and the create (or a
+  pod deleted before it started, while no operator watched) leaves a claim
+  without a pod. Every pass looks for such claims -- held by this cluster's
+  claimant, not started (run-job never began), not cancelled, start deadline
+  not passed, and no pod -- and creates the pod for them with the claim's own
+  id and tokens, under the same name: a peer that got there first makes it a
+  409, "exists". The pod's absence is confirmed by a GET of that name before
+  the row is read again and the pod created, so a pod that started in between
+  is never doubled; run-job starts only under a claim that is still
+  processing (its start is fenced), so a job never runs twice. A claim past its start
+  deadline gets no pod: the reaper ends it (never started: back to pending).
 * **judge.** The pods come from the pod watch's cache (label
   ``jobwarden.io/pod-run``; a LIST corrects it now and then). Each one goes
   through :func:`jobwarden.controller.podfates.judge`; a pod that ended without
@@ -170,6 +178,18 @@ class KubeRunPods:
                 return None
             raise
 
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The pod of that name, None when there is none (404)."""
+        try:
+            response = self.client.core().read_namespaced_pod(name, namespace,
+                                                              _preload_content=False)
+        except Exception as exc:
+            if status_of(exc) == 404:
+                return None
+            raise
+        found: dict[str, Any] = json.loads(response.data)
+        return found
+
     def delete(self, namespace: str, name: str, *, grace: int | None = None) -> None:
         self._pods.delete(namespace, name, grace=grace)
 
@@ -203,6 +223,8 @@ class PassReport:
 
     claimed: int = 0
     created: int = 0
+    #: Pods created for claims that had none (an operator died before creating them).
+    recreated: int = 0
     judged: int = 0
     stopped: int = 0
     pruned: int = 0
@@ -224,6 +246,8 @@ class PodRuns:
         self._listed: dict[str, float] = {}
         #: Pod uids whose end was handed to fail_pod_run (or found fenced).
         self._judged: set[str] = set()
+        #: (job id, attempt) of those pods: a claim whose pod ended is never given a new one.
+        self._ended: set[tuple[int, int]] = set()
         #: Pod uids whose start latency was observed.
         self._timed: set[str] = set()
         for kind in KINDS:
@@ -250,12 +274,13 @@ class PodRuns:
         metrics.prime_pod_runs(kind, f"{owner.namespace}/{owner.name}")
         report = PassReport()
         try:
-            self._claim(owner, spec, report)
+            fresh = self._claim(owner, spec, report)
             pods = self.observe(owner)
             now = time.time()
             for pod in pods:
                 report.judged += self._judge(pod, owner=owner, now=now, deleted=False)
             running = podruns.running_pod_runs(self.runtime.db, [owner.pod_run])
+            self._recreate(owner, spec, running, pods, report, now=now, skip=fresh)
             self._stop(owner, running, pods, report, now=now)
             gone = set(history_victims(pods, successful=successful_history,
                                        failed=failed_history))
@@ -269,7 +294,8 @@ class PodRuns:
             logger.exception("%s: the pod-run pass failed (the next pass retries)",
                              owner.pod_run)
             return None
-        if report.created or report.judged or report.stopped or report.pruned:
+        if report.created or report.recreated or report.judged or report.stopped \
+                or report.pruned:
             logger.info("%s: %s", owner.pod_run, report)
         return pods_status([p for p in self.observe(owner)
                             if p["metadata"].get("name") not in gone])
@@ -291,24 +317,59 @@ class PodRuns:
                 if (p.get("metadata") or {}).get("namespace", owner.namespace)
                 == owner.namespace]
 
-    def _claim(self, owner: runpods.Owner, spec: specs.PodRunSpec, report: PassReport) -> None:
+    def _claim(self, owner: runpods.Owner, spec: specs.PodRunSpec,
+               report: PassReport) -> set[int]:
+        """Claim due runs and create their pods; the job ids claimed in this pass."""
         batch = podruns.claim_pod_runs(
             self.runtime.db, pod_runs=[owner.pod_run], claimant=self.claimant,
             start_deadline=spec.start_deadline_seconds + REAP_MARGIN, limit=CLAIM_LIMIT)
         for claim in batch.claims:
             report.claimed += 1
-            if self._create(owner, spec, run_of_claim(claim)):
+            logger.debug("%s: claimed job %d attempt %d", owner.pod_run, claim.job_id,
+                         claim.attempt)
+            if self._create(owner, spec, run_of_claim(claim), claimed_at=time.time()):
                 report.created += 1
+        return {claim.job_id for claim in batch.claims}
 
-    def _create(self, owner: runpods.Owner, spec: specs.PodRunSpec, run: runpods.Run) -> bool:
+    def _recreate(self, owner: runpods.Owner, spec: specs.PodRunSpec,
+                  running: Sequence[RunningPodRun], pods: Sequence[Mapping[str, Any]],
+                  report: PassReport, *, now: float, skip: set[int]) -> None:
+        """Create the pod of every claim of this cluster that has none (see the docstring)."""
+        with self._lock:
+            have = {runpods.run_of(p) for p in pods} | set(self._ended)
+        for row in orphaned_claims(running, have=have, claimant=self.claimant, now=now,
+                                   deadline=spec.start_deadline_seconds, skip=skip):
+            run = run_of_row(row)
+            name = runpods.pod_name(owner, run)
+            found = self.api.get(owner.namespace, name)
+            if found is not None:  # the watch had not shown it yet: nothing to do
+                if self.cache is not None:
+                    self.cache.put(found)
+                continue
+            # Read the row again now that the pod is known absent: a claim that started,
+            # ended or changed hands meanwhile is not this pod's any more.
+            again = next((r for r in podruns.running_pod_runs(self.runtime.db, [owner.pod_run])
+                          if r.job_id == row.job_id), None)
+            if again is None or again.claim_token != row.claim_token or again.started \
+                    or again.cancel_requested or again.claimed_by != self.claimant:
+                continue
+            claimed = row.claimed_at.timestamp() if row.claimed_at is not None else now
+            logger.warning("%s: job %d attempt %d is claimed (%s) but has no pod: "
+                           "re-creating pod %s", owner.pod_run, row.job_id, row.attempt,
+                           self.claimant, name)
+            if self._create(owner, spec, run, claimed_at=claimed, recreated=True):
+                report.recreated += 1
+
+    def _create(self, owner: runpods.Owner, spec: specs.PodRunSpec, run: runpods.Run, *,
+                claimed_at: float, recreated: bool = False) -> bool:
         name = runpods.pod_name(owner, run)
         try:
-            manifest = runpods.pod_manifest(spec, owner=owner, run=run, claimed_at=time.time())
+            manifest = runpods.pod_manifest(spec, owner=owner, run=run, claimed_at=claimed_at)
             created = self.api.create(owner.namespace, manifest)
         except Exception as exc:
             if _transient(exc):
-                # Left to the reaper at the claim's start deadline (the job never started:
-                # it goes back to pending); retrying here could race a late success.
+                # The claim stays; a later pass creates its pod (_recreate) while its start
+                # deadline lasts, and a late success of this call makes that a 409.
                 logger.warning("%s: creating pod %s for job %d failed: %s", owner.pod_run,
                                name, run.job_id, pools._api_reason(exc))
                 return False
@@ -320,10 +381,13 @@ class PodRuns:
         if self.cache is not None:
             self.cache.put(created)
         metrics.POD_RUNS.labels(owner.kind, f"{owner.namespace}/{owner.name}").inc()
-        logger.info("%s: job %d attempt %d -> pod %s", owner.pod_run, run.job_id, run.attempt,
-                    name)
-        self._event(owner, "Normal", "PodCreated",
-                    f"pod {name} runs job {run.job_id} (attempt {run.attempt})")
+        logger.info("%s: job %d attempt %d -> pod %s%s", owner.pod_run, run.job_id,
+                    run.attempt, name, " (re-created)" if recreated else "")
+        self._event(owner, "Normal", "PodRecreated" if recreated else "PodCreated",
+                    f"pod {name} runs job {run.job_id} (attempt {run.attempt})"
+                    + ("; re-created: the claim had no pod (its operator stopped before "
+                       "creating it, or it was deleted before it started)" if recreated
+                       else ""))
         return True
 
     # -- judging ----------------------------------------------------------------------------
@@ -361,6 +425,7 @@ class PodRuns:
             if uid in self._judged:
                 return 0
             self._judged.add(uid)
+            self._ended.add(run)
         name = str(meta.get("name"))
         if verdict.delete and not deleted:
             # The cause first, then the delete: the deletion's own event then names it.
@@ -440,6 +505,34 @@ def owner_of(pod: Mapping[str, Any]) -> runpods.Owner | None:
         return None
     return runpods.Owner(kind=str(ref["kind"]), namespace=str(meta.get("namespace")),
                          name=str(ref.get("name")), uid=str(ref.get("uid")))
+
+
+def orphaned_claims(running: Sequence[RunningPodRun], *, have: set[tuple[int, int] | None],
+                    claimant: str, now: float, deadline: float,
+                    skip: set[int]) -> list[RunningPodRun]:
+    """The claims whose pod must be created again (pure).
+
+    Held by ``claimant`` (this cluster: another cluster's claim is its operator's), not
+    started (run-job never began: nothing ran under it), not asked to stop, within the
+    start deadline (``deadline`` seconds from the claim; a later one is the reaper's),
+    not claimed in this very pass (``skip``: its create was just tried), and no pod of
+    that job and attempt in ``have``.
+    """
+    found: list[RunningPodRun] = []
+    for row in running:
+        if row.claimed_by != claimant or row.started or row.cancel_requested \
+                or row.job_id in skip or (row.job_id, row.attempt) in have:
+            continue
+        if row.claimed_at is None or row.claimed_at.timestamp() + deadline <= now:
+            continue
+        found.append(row)
+    return found
+
+
+def run_of_row(row: RunningPodRun) -> runpods.Run:
+    """The pod's claim from a running row: the same id, tokens and attempt as at claim."""
+    return runpods.Run(job_id=row.job_id, attempt=row.attempt, claim_token=str(row.claim_token),
+                       slot=row.slot, lease_token=row.lease_token)
 
 
 def run_of_claim(claim: PodRunClaim) -> runpods.Run:

@@ -88,6 +88,7 @@ class PodRunsTable:
             RunningPodRun(job_id=r[0], pod_run=r[1], claim_token=r[2], attempt=r[3],
                           schedule_name=r[4], slot=slot_of(r[4], r[5]),
                           cancel_requested=bool(r[6]),
-                          claimed_at=r[7], heartbeat_at=r[8], claim_expires_at=r[9])
+                          claimed_at=r[7], heartbeat_at=r[8], claim_expires_at=r[9],
+                          claimed_by=r[10], lease_token=r[11])
             for r in self._db.rows("pod_run_running", {"pod_runs": list(pod_runs)})
         ]

@@ -113,6 +113,13 @@ class RunningPodRun:
     heartbeat_at: datetime.datetime | None
     #: When the reaper may reclaim it (claim + start deadline until run-job starts).
     claim_expires_at: datetime.datetime | None
+    #: Who holds the claim: the claimant (``pod-runs:<cluster>``) until run-job
+    #: starts, then the pod's name. A restarted operator re-creates the pod only of
+    #: a claim its own cluster holds and no pod started.
+    claimed_by: str | None = None
+    #: The fencing token of the lease the claim took (None: no lease): handed to a
+    #: re-created pod exactly as to the first.
+    lease_token: int | None = None
 
     @property
     def started(self) -> bool:
