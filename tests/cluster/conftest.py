@@ -30,7 +30,8 @@ import yaml
 from jobwarden.client import Client
 from tests.cluster import pki, tools
 from tests.cluster.api import ApiError, RealKubeAPI
-from tests.cluster.controlplane import ControlPlane, ControlPlaneError
+from tests.cluster.controlplane import ControlPlane
+from tests.e2e import podrunscenarios
 from tests.e2e.conftest import WORKER_ENV, host_observation
 from tests.e2e.kubelet import ProcessKubelet
 from tests.e2e.podruntime import Images
@@ -59,19 +60,35 @@ def kube_tools_dir() -> Path:
     raise AssertionError("unreachable")
 
 
+@contextlib.contextmanager
+def started_plane(kube_tools_dir: Path, workdir: Path) -> Iterator[ControlPlane]:
+    """A control plane started in ``workdir`` and stopped on exit (also when its start
+    failed: the components that did start are ended, their logs kept in ``workdir``).
+    The test is skipped where openssl is missing to make the certificates."""
+    if not pki.available():
+        pytest.skip("real-cluster tier skipped: no openssl to make the certificates")
+    plane = ControlPlane(kube_tools_dir, workdir)
+    try:
+        plane.start()
+        yield plane
+    finally:
+        plane.stop()
+
+
 @pytest.fixture(scope="session")
 def control_plane(kube_tools_dir: Path, tmp_path_factory: pytest.TempPathFactory
                   ) -> Iterator[ControlPlane]:
-    if not pki.available():
-        pytest.skip("real-cluster tier skipped: no openssl to make the certificates")
-    plane = ControlPlane(kube_tools_dir, tmp_path_factory.mktemp("controlplane"))
-    try:
-        plane.start()
-    except ControlPlaneError:
-        plane.stop()
-        raise
-    yield plane
-    plane.stop()
+    with started_plane(kube_tools_dir, tmp_path_factory.mktemp("controlplane")) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def second_plane(kube_tools_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                 ) -> Iterator[ControlPlane]:
+    """Another control plane ("a second cluster"), shared by the tests of a module that put
+    a cluster on it beside ``realkube``'s on the same database."""
+    with started_plane(kube_tools_dir, tmp_path_factory.mktemp("controlplane-b")) as plane:
+        yield plane
 
 
 @dataclasses.dataclass
@@ -136,6 +153,22 @@ class RealCluster:
         if self.kubelet.errors:
             raise AssertionError(f"kubelet failed: {self.kubelet.errors}\n"
                                  f"{self.kubelet.report(2500)}")
+
+    def site(self, secret_name: str = "db") -> podrunscenarios.Site:
+        """This cluster as the pod-run scenarios see it (tests/e2e/podrunscenarios.py), the
+        DSN Secret ``secret_name`` made here if it is missing."""
+        if self.api.get("secrets", secret_name, self.namespace) is None:
+            self.api.create(secret(secret_name, self.namespace, self.dsn))
+        return podrunscenarios.Site(
+            api=self.api, kubelet=self.kubelet, client=self.client, dsn=self.dsn,
+            namespace=self.namespace, secret=secret_name, wait=self.wait,
+            operator_ports=self.operator_ports)
+
+    def operator_ports(self) -> list[int]:
+        """The metrics port of every operator pod running on this cluster's node."""
+        return [p.port for p in self.kubelet.pods.values()
+                if p.container == "operator" and p.port is not None and not p.removed
+                and p.proc.poll() is None]
 
     def operator_logs(self) -> str:
         return "\n".join(p.logs() for p in self.kubelet.pods.values()

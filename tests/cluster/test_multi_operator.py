@@ -16,7 +16,6 @@ import contextlib
 import time
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +24,8 @@ import pytest
 
 from jobwarden import gauges
 from jobwarden.client import Client
-from tests.cluster import pki
 from tests.cluster.conftest import RealCluster, open_cluster, secret, worker_pool
-from tests.cluster.controlplane import ControlPlane, ControlPlaneError
+from tests.cluster.controlplane import ControlPlane
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
 
@@ -161,21 +159,6 @@ def one_gauge_exporter(*clusters: RealCluster) -> None:
         return found if holder is not None and found == [holder] else None
 
     clusters[0].wait(exporters, timeout=60, what="one gauge exporter, the lease holder")
-
-
-@pytest.fixture
-def second_plane(kube_tools_dir: Path, tmp_path_factory: pytest.TempPathFactory
-                 ) -> Iterator[ControlPlane]:
-    if not pki.available():
-        pytest.skip("real-cluster tier skipped: no openssl to make the certificates")
-    plane = ControlPlane(kube_tools_dir, tmp_path_factory.mktemp("controlplane-b"))
-    try:
-        plane.start()
-    except ControlPlaneError:
-        plane.stop()
-        raise
-    yield plane
-    plane.stop()
 
 
 def test_two_clusters_on_one_database_share_one_schedule_and_each_loop_lease(

@@ -23,6 +23,7 @@ import pytest
 
 from jobwarden.client import Client
 from jobwarden.controller import pools_spec
+from tests.e2e import podrunscenarios
 from tests.e2e.kubelet import ProcessKubelet
 from tests.operator.conftest import OperatorProcess, start_operator
 from tests.support.kube import KubeAPI
@@ -68,6 +69,14 @@ class Cluster:
     @property
     def operator(self) -> OperatorProcess:
         return self.operators[-1]
+
+    @property
+    def site(self) -> podrunscenarios.Site:
+        """This cluster as the pod-run scenarios see it (tests/e2e/podrunscenarios.py)."""
+        return podrunscenarios.Site(
+            api=self.api, kubelet=self.kubelet, client=self.client, dsn=self.dsn,
+            namespace=NAMESPACE, secret=SECRET, wait=self.wait,
+            operator_ports=lambda: [o.port for o in self.operators if o.proc.poll() is None])
 
     def restart_operator(self) -> OperatorProcess:
         self.operator.stop()

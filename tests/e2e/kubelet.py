@@ -121,6 +121,32 @@ def free_port() -> int:
 BACKOFF = (1.0, 10.0)
 
 
+def _ports(container: dict[str, Any], env: dict[str, str]) -> tuple[int | None, dict[str, int]]:
+    """The container's ports on this node: (the HTTP port, every port by number and name).
+
+    Every pod shares 127.0.0.1, so the port ``JOBWARDEN_HTTP_PORT`` names is moved to a free
+    one (``env`` is rewritten to it) and its declared number and name map there; other
+    declared ports are used as they are (probes find them by number or name).
+    """
+    port: int | None = None
+    ports: dict[str, int] = {}
+    if "JOBWARDEN_HTTP_PORT" in env:
+        port = free_port()
+        for declared in container.get("ports") or []:
+            if str(declared.get("containerPort")) == env["JOBWARDEN_HTTP_PORT"]:
+                ports[str(declared["containerPort"])] = port
+                if declared.get("name"):
+                    ports[declared["name"]] = port
+        ports[env["JOBWARDEN_HTTP_PORT"]] = port
+        env["JOBWARDEN_HTTP_PORT"] = str(port)
+    for declared in container.get("ports") or []:
+        number = int(declared["containerPort"])
+        ports.setdefault(str(number), number)
+        if declared.get("name"):
+            ports.setdefault(declared["name"], ports[str(number)])
+    return port, ports
+
+
 class Missing(LookupError):
     """A Secret, ConfigMap or key a pod refers to does not exist (the kubelet's message)."""
 
@@ -475,22 +501,7 @@ class ProcessKubelet:
                     env[key] = str(local) + value[len(mount_path.rstrip("/")):]
         if SA_MOUNT in mounts and self.server is not None:
             env["KUBECONFIG"] = str(self._pod_kubeconfig(mounts[SA_MOUNT], namespace))
-        port: int | None = None
-        ports: dict[str, int] = {}
-        if "JOBWARDEN_HTTP_PORT" in env:
-            port = free_port()
-            for declared in container.get("ports") or []:
-                if str(declared.get("containerPort")) == env["JOBWARDEN_HTTP_PORT"]:
-                    ports[str(declared["containerPort"])] = port
-                    if declared.get("name"):
-                        ports[declared["name"]] = port
-            ports[env["JOBWARDEN_HTTP_PORT"]] = port
-            env["JOBWARDEN_HTTP_PORT"] = str(port)
-        for declared in container.get("ports") or []:
-            number = int(declared["containerPort"])
-            ports.setdefault(str(number), number)
-            if declared.get("name"):
-                ports.setdefault(declared["name"], ports[str(number)])
+        port, ports = _ports(container, env)
         command = [*(container.get("command") or ["jobwarden"]), *(container.get("args") or [])]
         if command[0] == "jobwarden":
             command = [sys.executable, "-m", "jobwarden", *command[1:]]
@@ -536,22 +547,7 @@ class ProcessKubelet:
         configuration from the ServiceAccount token at its real path."""
         meta, spec = pod["metadata"], pod["spec"]
         assert image.root is not None
-        port: int | None = None
-        ports: dict[str, int] = {}
-        if "JOBWARDEN_HTTP_PORT" in env:
-            port = free_port()
-            for declared in container.get("ports") or []:
-                if str(declared.get("containerPort")) == env["JOBWARDEN_HTTP_PORT"]:
-                    ports[str(declared["containerPort"])] = port
-                    if declared.get("name"):
-                        ports[declared["name"]] = port
-            ports[env["JOBWARDEN_HTTP_PORT"]] = port
-            env["JOBWARDEN_HTTP_PORT"] = str(port)
-        for declared in container.get("ports") or []:
-            number = int(declared["containerPort"])
-            ports.setdefault(str(number), number)
-            if declared.get("name"):
-                ports.setdefault(declared["name"], ports[str(number)])
+        port, ports = _ports(container, env)
         full_env = {**dict(image.env), **self._service_env(), **env,
                     # The test job modules (tests.support.*), from the repository bound
                     # read-only into the container: the image has only jobwarden.
