@@ -68,6 +68,11 @@ command not found / not executable               ``terminated`` ``StartError``, 
                                                  as any exit (``Never``: phase ``Failed``)
 ``activeDeadlineSeconds`` passed                 the process is stopped (grace period), phase
                                                  ``Failed``, ``reason: DeadlineExceeded``
+emptyDirs over ``limits.ephemeral-storage``, or   evicted: SIGKILL (grace 0, as the eviction
+one over its ``sizeLimit`` (``du`` every pass)    manager does for a limit), phase ``Failed``,
+                                                 ``reason: Evicted`` with the kubelet's message,
+                                                 condition ``DisruptionTarget``
+                                                 (``TerminationByKubelet``); Event ``Evicted``
 ===============================================  =============================================
 
 Retries of a pod that cannot start back off 1 s, doubling, capped at 10 s (a
@@ -215,6 +220,12 @@ class PodProcess:
     root: Path | None = None
     reason: str | None = None
     message: str | None = None
+    #: Node mode: the container's emptyDirs and ``limits.ephemeral-storage`` (eviction).
+    scratch: list[rt.Scratch] = dataclasses.field(default_factory=list)
+    storage_limit: int | None = None
+    storage_text: str = ""
+    #: Pod conditions besides the four a kubelet always writes (``DisruptionTarget``).
+    conditions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")
@@ -494,6 +505,7 @@ class ProcessKubelet:
         env = self._resolve_env(pod, container)
         if image.root is not None:
             self._start_in_image(pod, container, image, who, mounts, env, entry)
+            self._watch_storage(pod, container, podroot)
             return
         for key, value in list(env.items()):
             for mount_path, local in mounts.items():
@@ -537,7 +549,28 @@ class ProcessKubelet:
             deadline=(time.monotonic() + float(deadline)) if deadline is not None else None)
         with self._lock:
             self.pods[name] = record
+        self._watch_storage(pod, container, podroot)
         self._set_status(record)
+
+    def _watch_storage(self, pod: dict[str, Any], container: dict[str, Any],
+                       podroot: Path) -> None:
+        """Node mode: what the eviction manager measures for this pod (emptyDirs, limit)."""
+        name = pod["metadata"]["name"]
+        record = self.pods.get(name)
+        if self.node is None or record is None:
+            return
+        volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+        for mount in container.get("volumeMounts") or []:
+            volume = volumes.get(mount["name"]) or {}
+            if "emptyDir" in volume:
+                raw = (volume.get("emptyDir") or {}).get("sizeLimit")
+                record.scratch.append(rt.Scratch(
+                    volume=mount["name"], path=podroot / "volumes" / mount["name"],
+                    size_limit=rt.quantity(raw) if raw is not None else None,
+                    size_text=str(raw or "")))
+        record.storage_limit = rt.storage_limit(container)
+        record.storage_text = str(((container.get("resources") or {}).get("limits") or {})
+                                  .get("ephemeral-storage", ""))
 
     def _start_in_image(self, pod: dict[str, Any], container: dict[str, Any],
                         image: rt.Image, who: rt.Identity, mounts: dict[str, Path],
@@ -787,6 +820,11 @@ class ProcessKubelet:
             pod.proc.kill()
             self._exited(pod, pod.proc.wait(timeout=10), now)
             return
+        if pod.scratch or pod.storage_limit is not None:
+            violation = rt.storage_violation(pod.scratch, pod.storage_limit, pod.storage_text)
+            if violation is not None:
+                self._evict(pod, violation, now)
+                return
         if not pod.started:
             assert pod.startup is not None
             if self._due(pod, pod.startup, pod.last_startup, now):
@@ -814,6 +852,23 @@ class ProcessKubelet:
         if ready != pod.ready:
             pod.ready = ready
             self._set_status(pod)
+
+    def _evict(self, pod: PodProcess, message: str, now: float) -> None:
+        """What a kubelet's eviction manager does to a pod over its local-storage limits:
+        the containers killed at once (grace period 0 for a limit violation), phase
+        ``Failed`` with reason ``Evicted`` and the message, a ``DisruptionTarget``
+        condition (``TerminationByKubelet``), never restarted, and an ``Evicted`` Event."""
+        logger.warning("pod %s evicted: %s", pod.name, message)
+        pod.reason, pod.message = "Evicted", message
+        pod.conditions = [{"type": "DisruptionTarget", "status": "True",
+                           "reason": "TerminationByKubelet", "message": message,
+                           "lastTransitionTime": now_rfc3339()}]
+        with contextlib.suppress(ProcessLookupError):
+            pod.proc.kill()
+        pod.killed = True
+        self._event({"metadata": {"name": pod.name, "namespace": pod.namespace,
+                                  "uid": pod.uid}}, "Evicted", message)
+        self._exited(pod, pod.proc.wait(timeout=10), now)
 
     def _exited(self, pod: PodProcess, returncode: int, now: float) -> None:
         """The container's process ended: restart it or end the pod, per the restart policy."""
@@ -867,10 +922,11 @@ class ProcessKubelet:
         if pod.reason is not None:
             extra.update({"reason": pod.reason, "message": pod.message or ""})
         self._write_status(pod.name, pod.namespace, phase=pod.phase, ready=pod.ready,
-                           status=extra)
+                           status=extra, more_conditions=pod.conditions)
 
     def _write_status(self, name: str, namespace: str, *, phase: str, ready: bool,
-                      status: dict[str, Any]) -> None:
+                      status: dict[str, Any],
+                      more_conditions: list[dict[str, Any]] | None = None) -> None:
         """The status subresource with the conditions a kubelet sets (node mode: all four)."""
         flag = "True" if ready else "False"
         conditions = [{"type": "Ready", "status": flag},
@@ -880,6 +936,7 @@ class ProcessKubelet:
             conditions = [{**c, "lastTransitionTime": stamp} for c in [
                 {"type": "PodScheduled", "status": "True"},
                 {"type": "Initialized", "status": "True"}, *conditions]]
+        conditions += more_conditions or []
         body: dict[str, Any] = {"phase": phase, "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
                                 "conditions": conditions, **status}
         if self.node is not None:

@@ -361,3 +361,61 @@ def exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
+
+
+# -- local storage (eviction) ----------------------------------------------------------------
+
+def quantity(raw: Any) -> int | None:
+    """A resource quantity (``64Mi``, ``1G``, ``500``) in bytes, or None."""
+    match = _QUANTITY.match(str(raw))
+    if match is None or match.group(2) not in _UNITS:
+        return None
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def storage_limit(container: dict[str, Any]) -> int | None:
+    """``resources.limits.ephemeral-storage`` in bytes, or None."""
+    raw = ((container.get("resources") or {}).get("limits") or {}).get("ephemeral-storage")
+    return None if raw is None else quantity(raw)
+
+
+def disk_usage(path: Path) -> int:
+    """Bytes the files under ``path`` occupy (allocated blocks, as ``du`` counts them)."""
+    total = 0
+    for folder, _dirs, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(folder, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+@dataclasses.dataclass(frozen=True)
+class Scratch:
+    """An emptyDir of a running container: where it lives, its ``sizeLimit`` (bytes)."""
+
+    volume: str
+    path: Path
+    size_limit: int | None
+    size_text: str = ""
+
+
+def storage_violation(scratch: list[Scratch], limit: int | None, limit_text: str) -> str | None:
+    """The kubelet's eviction message when local storage exceeds a limit, else None.
+
+    The checks and messages of the kubelet's eviction manager (pkg/kubelet/eviction):
+    an emptyDir over its ``sizeLimit``, then the pod's emptyDirs over the container's
+    ``limits.ephemeral-storage``.
+    """
+    used = 0
+    for one in scratch:
+        size = disk_usage(one.path)
+        used += size
+        if one.size_limit is not None and size > one.size_limit:
+            return f'Usage of EmptyDir volume "{one.volume}" exceeds the limit ' \
+                   f'"{one.size_text}". '
+    if limit is not None and used > limit:
+        return f"Pod ephemeral local storage usage exceeds the total limit of containers " \
+               f"{limit_text}. "
+    return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from typing import Any
 
@@ -40,3 +42,32 @@ class Hog(jobwarden.Job):
             time.sleep(0.05)
         audit(self, "end")
         return "held"
+
+
+class Filler(jobwarden.Job):
+    """On its first attempt writes ``mb`` MiB into its temporary directory (the pod's /tmp
+    emptyDir) and waits ``seconds``: above the pod's ephemeral-storage limit the kubelet
+    evicts it. A later attempt just completes (a retry after the eviction)."""
+
+    timeout = 300
+
+    def perform(self, data: Any) -> str:
+        audit(self, "start")
+        if self.attempt == 1:
+            path = os.path.join(tempfile.gettempdir(), "fill")
+            with open(path, "wb") as handle:
+                for _ in range(int(data.get("mb", 8))):
+                    handle.write(os.urandom(1024 * 1024))
+                handle.flush()
+                os.fsync(handle.fileno())
+            deadline = time.monotonic() + float(data.get("seconds", 60))
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+        audit(self, "end")
+        return "filled"
+
+
+class FillerOnce(Filler):
+    """A non-idempotent Filler: evicted mid-run it must end interrupted, never run again."""
+
+    idempotent = False
