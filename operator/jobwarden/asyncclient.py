@@ -74,8 +74,8 @@ class AsyncClient:
                            unique_keys: Sequence[str | None] | None = None,
                            conn: AsyncCallerConnection = None,
                            **options: Any) -> list[EnqueueResult]:
-        specs = operations.specs_for_many(job, datas, unique_keys=unique_keys, **options)
-        return await self.enqueue_specs(specs, conn=conn)
+        batch = operations.batch_for_many(job, datas, unique_keys=unique_keys, **options)
+        return await self._run(operations.enqueue_batch(batch, schema=self.db.schema), conn)
 
     async def enqueue_specs(self, specs: Sequence[JobSpec], *,
                             conn: AsyncCallerConnection = None) -> list[EnqueueResult]:

@@ -104,8 +104,8 @@ class Client:
                      unique_keys: Sequence[str | None] | None = None,
                      conn: CallerConnection = None, **options: Any) -> list[EnqueueResult]:
         """Enqueue one job per data item in a single statement (all validated first)."""
-        specs = operations.specs_for_many(job, datas, unique_keys=unique_keys, **options)
-        return self.enqueue_specs(specs, conn=conn)
+        batch = operations.batch_for_many(job, datas, unique_keys=unique_keys, **options)
+        return self._run(operations.enqueue_batch(batch, schema=self.db.schema), conn)
 
     def enqueue_specs(self, specs: Sequence[JobSpec], *,
                       conn: CallerConnection = None) -> list[EnqueueResult]:

@@ -22,7 +22,7 @@ from jobwarden.db import jobs as jobs_db
 from jobwarden.db import plans
 from jobwarden.db.database import channel_name
 from jobwarden.structs import podruns
-from jobwarden.structs.jobs import EncodedData, EnqueueResult, JobRecord, JobSpec
+from jobwarden.structs.jobs import EncodedData, EnqueueResult, JobBatch, JobRecord, JobSpec
 from jobwarden.structs.states import TERMINAL, JobStatus
 
 JobRef = definitions.JobRef
@@ -65,6 +65,27 @@ def encode_payload(data: Any) -> bytes:
     return encoded
 
 
+def encode_payloads(datas: list[Any]) -> bytes:
+    """``datas`` as one JSON array (UTF-8), every item checked as :func:`encode_payload`
+    checks one, in one ``json.dumps`` call instead of one per item.
+
+    The batch's text carries the same evidence as each item's: a NUL shows as
+    ``\\u0000``, a lone surrogate fails the UTF-8 encoding, anything not JSON
+    fails the dump. On any of these the items are encoded one by one, which raises
+    the very error the first bad item raises alone (or, when the evidence was only
+    a string holding a literal backslash-u0000, or nesting one level too deep for
+    the batch's list, joins the items' own texts).
+    """
+    try:
+        encoded: bytes | None = json.dumps(datas, allow_nan=False,
+                                           ensure_ascii=False).encode()
+    except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
+        encoded = None
+    if encoded is not None and b"\\u0000" not in encoded:
+        return encoded
+    return b"[" + b",".join([encode_payload(d) for d in datas]) + b"]"
+
+
 @dataclasses.dataclass(frozen=True)
 class _Request:
     """What every job of one enqueue call shares, validated once per call."""
@@ -83,6 +104,33 @@ class _Request:
             textrules.check_name(unique_key, "unique_key", max_length=10_000)
         return JobSpec(job_class=self.path, data=data, unique_key=unique_key,
                        data_json=data_json, **self.fields)
+
+    def batch(self, items: list[Any], keys: list[str | None] | None) -> JobBatch:
+        """Every item's row (checked as :meth:`spec` checks one) as one :class:`JobBatch`.
+
+        The checks run per column (data, then JSON, then keys) rather than per row;
+        on a bad item the rows are checked again one by one, so the error raised is
+        the one :meth:`spec` raises for the first bad row, as before.
+        """
+        try:
+            datas = items
+            if self.cls is not None:  # typed data and function signatures
+                encode, cls = definitions.encode_data, self.cls
+                datas = [encode(cls, d) for d in items]
+            datas_json = encode_payloads(datas)
+            if keys is not None:
+                check = textrules.check_name
+                for key in keys:
+                    if key is not None:
+                        check(key, "unique_key", max_length=10_000)
+                if all(k is None for k in keys):
+                    keys = None
+        except Exception:
+            for d, k in zip(items, keys or [None] * len(items), strict=True):
+                self.spec(d, k)  # raises the first bad row's own error
+            raise
+        return JobBatch(shared=JobSpec(job_class=self.path, **self.fields), datas=datas,
+                        datas_json=datas_json, unique_keys=keys)
 
 
 def _request(
@@ -154,6 +202,17 @@ def specs_for_many(job: JobRef, datas: Iterable[Any], *,
     return [request.spec(d, k) for d, k in zip(items, keys, strict=True)]
 
 
+def batch_for_many(job: JobRef, datas: Iterable[Any], *,
+                   unique_keys: Sequence[str | None] | None = None,
+                   **options: Any) -> JobBatch:
+    """As :func:`specs_for_many`, as one :class:`JobBatch` (what ``enqueue_many`` sends)."""
+    items = list(datas)
+    keys = list(unique_keys) if unique_keys is not None else None
+    if keys is not None and len(keys) != len(items):
+        raise ValueError("unique_keys must have one entry per data item")
+    return _request(job, **options).batch(items, keys)
+
+
 def enqueue(specs: Sequence[JobSpec], *, schema: str) -> plans.Plan[list[EnqueueResult]]:
     """Insert prepared rows (mixed classes allowed) in one statement.
 
@@ -163,7 +222,7 @@ def enqueue(specs: Sequence[JobSpec], *, schema: str) -> plans.Plan[list[Enqueue
     channel = channel_name(schema, jobs_db.JOBS_TOPIC)
     span = tracing.enqueue_span(specs)  # None unless OpenTelemetry is installed
     if span is not None:
-        specs = span.specs  # carrying the span's context into the rows
+        specs = span.stamped(specs)  # carrying the span's context into the rows
     try:
         results = yield from jobs_db.insert_plan(specs, channel=channel)
     except BaseException as exc:
@@ -177,6 +236,26 @@ def enqueue(specs: Sequence[JobSpec], *, schema: str) -> plans.Plan[list[Enqueue
                                  if not result.duplicate)
     for (queue, job_class), count in counts.items():
         metrics.JOBS_ENQUEUED.labels(queue, job_class).inc(count)
+    return results
+
+
+def enqueue_batch(batch: JobBatch, *, schema: str) -> plans.Plan[list[EnqueueResult]]:
+    """Insert the rows of one ``enqueue_many`` call in one statement (see :func:`enqueue`)."""
+    channel = channel_name(schema, jobs_db.JOBS_TOPIC)
+    span = tracing.batch_span(batch)  # None unless OpenTelemetry is installed
+    if span is not None:
+        batch = span.stamped_batch(batch)
+    try:
+        results = yield from jobs_db.insert_batch_plan(batch, channel=channel)
+    except BaseException as exc:
+        if span is not None:
+            span.failed(exc)
+        raise
+    if span is not None:
+        span.done(results)
+    count = sum(1 for r in results if not r.duplicate)
+    if count:
+        metrics.JOBS_ENQUEUED.labels(batch.shared.queue, batch.shared.job_class).inc(count)
     return results
 
 

@@ -17,7 +17,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from jobwarden.structs.jobs import EnqueueResult, JobSpec
+from jobwarden.structs.jobs import EnqueueResult, JobBatch, JobSpec
 
 try:
     from opentelemetry import propagate, trace
@@ -34,24 +34,35 @@ def enabled() -> bool:
 class EnqueueSpan:
     """One enqueue call's span (a batch is one span); ended with the ids or the error."""
 
-    def __init__(self, specs: Sequence[JobSpec]) -> None:
+    def __init__(self, *, job_class: str, queue: str, size: int) -> None:
         assert trace is not None
-        first = specs[0]
         attributes: dict[str, Any] = {
             "messaging.system": "jobwarden", "messaging.operation": "publish",
-            "jobwarden.job.class": first.job_class, "jobwarden.job.queue": first.queue,
-            "jobwarden.batch.size": len(specs),
+            "jobwarden.job.class": job_class, "jobwarden.job.queue": queue,
+            "jobwarden.batch.size": size,
         }
         self.span = trace.get_tracer(TRACER_NAME).start_span(
-            f"jobwarden.enqueue {first.job_class}", kind=trace.SpanKind.PRODUCER,
+            f"jobwarden.enqueue {job_class}", kind=trace.SpanKind.PRODUCER,
             attributes=attributes)
         carrier: dict[str, str] = {}
         propagate.inject(carrier, context=trace.set_span_in_context(self.span))
-        stored = json.dumps(carrier, sort_keys=True) if carrier else None
-        # No context to store (no tracer provider configured: a non-recording span)
-        # leaves the rows as they are; a copy per row cost a third of a batch enqueue.
-        self.specs = specs if stored is None else \
-            [dataclasses.replace(s, trace_context=stored) for s in specs]
+        #: What each row's ``trace_context`` stores; None when there is no context
+        #: (no tracer provider configured: a non-recording span), rows left as they are.
+        self.context = json.dumps(carrier, sort_keys=True) if carrier else None
+
+    def stamped(self, specs: Sequence[JobSpec]) -> Sequence[JobSpec]:
+        """``specs`` carrying this span's context (the same list when there is none:
+        a copy per row cost a third of a batch enqueue)."""
+        if self.context is None:
+            return specs
+        return [dataclasses.replace(s, trace_context=self.context) for s in specs]
+
+    def stamped_batch(self, batch: JobBatch) -> JobBatch:
+        """``batch`` carrying this span's context (one shared column, not one per row)."""
+        if self.context is None:
+            return batch
+        return dataclasses.replace(
+            batch, shared=dataclasses.replace(batch.shared, trace_context=self.context))
 
     def done(self, results: Sequence[EnqueueResult]) -> None:
         if len(results) == 1:
@@ -69,4 +80,12 @@ def enqueue_span(specs: Sequence[JobSpec]) -> EnqueueSpan | None:
     """A started span for this enqueue, or None (tracing off, or nothing to enqueue)."""
     if trace is None or not specs:
         return None
-    return EnqueueSpan(specs)
+    return EnqueueSpan(job_class=specs[0].job_class, queue=specs[0].queue, size=len(specs))
+
+
+def batch_span(batch: JobBatch) -> EnqueueSpan | None:
+    """As :func:`enqueue_span`, for the rows of one ``enqueue_many`` call."""
+    if trace is None or not len(batch):
+        return None
+    return EnqueueSpan(job_class=batch.shared.job_class, queue=batch.shared.queue,
+                       size=len(batch))

@@ -95,7 +95,7 @@ async def test_wait_returns_the_result_and_raises_the_error(
     assert failed.value.status == "failed" and "asked to fail" in str(failed.value)
 
 
-async def test_a_large_async_batch_goes_through_copy_and_a_clash_keeps_the_callers_work(
+async def test_a_large_async_batch_and_a_clash_in_it_keep_the_callers_work(
         aclient: jobwarden.AsyncClient, dsn: str) -> None:
     from jobwarden.db.jobs import COPY_MIN_ROWS
 

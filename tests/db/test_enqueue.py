@@ -12,7 +12,7 @@ import pytest
 import jobwarden
 from jobwarden.db.database import Database
 from jobwarden.db.jobs import COPY_MIN_ROWS
-from jobwarden.structs.jobs import JobSpec
+from jobwarden.structs.jobs import EnqueueResult, JobSpec
 from tests.support import testjobs
 
 
@@ -49,11 +49,11 @@ def _counting(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-def test_a_large_batch_is_one_copy_and_keeps_its_order(
+def test_enqueue_many_is_one_statement_and_keeps_its_order(
         client: jobwarden.Client, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = _counting(db, monkeypatch)
     results = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(1000)])
-    assert calls == ["job_copy_begin"]  # then the COPY itself: no per-row statement
+    assert calls == ["job_insert_batch"]  # ids, rows and NOTIFY: one round trip
     assert len({r.id for r in results}) == 1000
     assert not any(r.duplicate for r in results)
     assert results == sorted(results, key=lambda r: r.id)
@@ -61,40 +61,85 @@ def test_a_large_batch_is_one_copy_and_keeps_its_order(
                                                                for n in range(0, 1000, 250)]
 
 
-def test_unique_keys_give_the_same_per_row_results_through_copy_or_insert(
+def test_a_large_batch_of_specs_is_one_copy_and_keeps_its_order(
         client: jobwarden.Client, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A batch whose keys clash (with stored rows or within itself) is redone by the
-    one-statement INSERT: every row still says whether it is new or a duplicate,
-    and of which row."""
+    specs = [client.spec(testjobs.Record, {"n": n}) for n in range(1000)]
+    calls = _counting(db, monkeypatch)
+    results = client.enqueue_specs(specs)
+    assert calls == ["job_copy_begin"]  # then the COPY itself: no per-row statement
+    assert len({r.id for r in results}) == 1000
+    assert results == sorted(results, key=lambda r: r.id)
+    assert [client.job(r.id).data for r in results[::250]] == [{"n": n}
+                                                               for n in range(0, 1000, 250)]
+
+
+def _enqueue(client: jobwarden.Client, path: str, datas: list[object],
+             keys: list[str | None]) -> list[EnqueueResult]:
+    """``enqueue_many`` (one batch statement) or the same rows as specs (COPY/INSERT)."""
+    if path == "batch":
+        return client.enqueue_many(testjobs.Record, datas, unique_keys=keys)
+    return client.enqueue_specs([client.spec(testjobs.Record, d, unique_key=k)
+                                 for d, k in zip(datas, keys, strict=True)])
+
+
+#: The named queries each path runs for a batch of 100 with fresh keys, with keys
+#: that clash with a stored row, and with keys repeated within the batch.
+_PATH_CALLS = {
+    "batch": (["job_insert_batch"], ["job_insert_batch", "job_ids_by_unique_key"],
+              ["job_insert_batch", "job_ids_by_unique_key"]),
+    "specs": (["job_copy_begin"], ["job_copy_begin", "job_insert_many", "job_ids_by_unique_key"],
+              ["job_insert_many", "job_ids_by_unique_key"]),  # a repeat never tries COPY
+}
+
+
+@pytest.mark.parametrize("path", ["batch", "specs"])
+def test_unique_keys_give_the_same_per_row_results_on_every_path(
+        client: jobwarden.Client, db: Database, monkeypatch: pytest.MonkeyPatch,
+        path: str) -> None:
+    """Every row says whether it is new or a duplicate, and of which row: a key
+    stored before, one repeated within the batch, rows without a key among them.
+    (A specs batch that clashes is redone by the one-statement INSERT.)"""
+    fresh_calls, clash_calls, repeat_calls = _PATH_CALLS[path]
     existing = client.enqueue(testjobs.Record, None, unique_key="k-5")
     calls = _counting(db, monkeypatch)
     size = 100
-    keys = [f"k-{n}" for n in range(size)]
-    clashing = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(size)],
-                                   unique_keys=keys)
-    assert calls == ["job_copy_begin", "job_insert_many", "job_ids_by_unique_key"]
+    keys: list[str | None] = [f"k-{n}" for n in range(size)]
+    clashing = _enqueue(client, path, [{"n": n} for n in range(size)], keys)
+    assert calls == clash_calls
     assert [r.duplicate for r in clashing] == [n == 5 for n in range(size)]
     assert clashing[5].id == existing.id
-    # The failed COPY left nothing behind: one row per key, the stored one untouched.
+    assert len({r.id for r in clashing}) == size
+    # Nothing of the clash left behind: one row per key, the stored one untouched.
     assert client.stats()["default"]["pending"] == size
     assert client.job(existing.id).data is None
+    assert client.job(clashing[6].id).data == {"n": 6}
 
     calls.clear()
-    fresh = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(size)],
-                                unique_keys=[f"f-{n}" for n in range(size)])
-    assert calls == ["job_copy_begin"]
+    fresh_keys: list[str | None] = [f"f-{n}" for n in range(size)]
+    fresh = _enqueue(client, path, [{"n": n} for n in range(size)], fresh_keys)
+    assert calls == fresh_calls
     assert not any(r.duplicate for r in fresh)
-    again = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(size)],
-                                unique_keys=[f"f-{n}" for n in range(size)])
+    again = _enqueue(client, path, [{"n": n} for n in range(size)], fresh_keys)
     assert [r.id for r in again] == [r.id for r in fresh]
     assert all(r.duplicate for r in again)
 
     calls.clear()
-    repeated = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(size)],
-                                   unique_keys=[f"r-{n % 7}" for n in range(size)])
-    assert calls == ["job_insert_many", "job_ids_by_unique_key"]  # never tried by COPY
-    assert [r.duplicate for r in repeated] == [n >= 7 for n in range(size)]
-    assert all(repeated[n].id == repeated[n % 7].id for n in range(size))
+    mixed: list[str | None] = [None if n % 3 == 0 else f"r-{n % 7}" for n in range(size)]
+    repeated = _enqueue(client, path, [{"n": n} for n in range(size)], mixed)
+    assert calls == repeat_calls
+    first_of: dict[str, int] = {}
+    for n, key in enumerate(mixed):
+        if key is None:
+            assert not repeated[n].duplicate
+        elif key in first_of:
+            assert repeated[n].duplicate and repeated[n].id == repeated[first_of[key]].id
+        else:
+            first_of[key] = n
+            assert not repeated[n].duplicate
+            assert client.job(repeated[n].id).data == {"n": n}
+            assert client.job(repeated[n].id).unique_key == key
+    new_ids = {r.id for r in repeated if not r.duplicate}
+    assert len(new_ids) == sum(1 for k in mixed if k is None) + 7
 
 
 def test_small_batches_are_one_statement(client: jobwarden.Client, db: Database,
@@ -103,10 +148,15 @@ def test_small_batches_are_one_statement(client: jobwarden.Client, db: Database,
     calls = _counting(db, monkeypatch)
     keyed = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(10)],
                                 unique_keys=[f"k-{n % 7}" for n in range(10)])
-    assert calls == ["job_insert_many", "job_ids_by_unique_key"]
+    assert calls == ["job_insert_batch", "job_ids_by_unique_key"]
     assert [r.duplicate for r in keyed] == [False] * 5 + [True] + [False] + [True] * 3
     assert keyed[5].id == client.db.jobs.recent(limit=2000)[-1].id  # k-5 existed before
     assert keyed[7].id == keyed[0].id  # a duplicate inside the same batch
+    calls.clear()
+    specs = [client.spec(testjobs.Record, {"n": n}, unique_key=f"s-{n % 7}") for n in range(10)]
+    keyed = client.enqueue_specs(specs)
+    assert calls == ["job_insert_many", "job_ids_by_unique_key"]
+    assert [r.duplicate for r in keyed] == [False] * 7 + [True] * 3
 
 
 def test_a_copied_batch_stores_every_option_as_the_insert_does(

@@ -18,6 +18,7 @@ from jobwarden.structs.jobs import (
     EnqueueResult,
     Failure,
     HeartbeatAck,
+    JobBatch,
     JobRecord,
     JobSpec,
     QueueStat,
@@ -37,6 +38,9 @@ DONE_TOPIC = "done"
 #: round trips (BEGIN, ids, COPY, COMMIT) instead of one, but no arrays to build
 #: and unpack, so it wins once a batch is more than a few dozen rows.
 COPY_MIN_ROWS = 32
+#: An ``enqueue_many`` batch whose data JSON is larger than this goes through
+#: insert_plan (COPY): one ``jsonb`` value holds at most 256 MiB.
+BATCH_JSON_MAX_BYTES = 64 * 1024 * 1024
 #: The binary types of job_copy's columns, in its order.
 _COPY_TYPES = ("int8", "text", "text", "jsonb", "int4", "timestamptz", "int4", "float8",
                "bool", "text", "text", "text", "text", "float8", "text", "text")
@@ -368,8 +372,73 @@ def _copy(specs: Sequence[JobSpec], *, channel: str) -> plans.Plan[list[EnqueueR
                      s.max_retries, s.timeout_seconds, s.idempotent, s.unique_key,
                      s.lease_name, s.schedule_name, s.on_busy, s.lease_ttl_seconds,
                      s.trace_context, s.pod_run))
+    if any(s.unique_key is not None for s in specs):
+        # In key order (code points), as job_insert_many and job_insert_batch insert
+        # (COLLATE "C"): two batches that share keys then wait for each other's keys
+        # in one order, never in a cycle (a deadlock).
+        rows.sort(key=lambda row: (row[9] is None, row[9] or ""))
     yield plans.Copy("job_copy", _COPY_TYPES, rows)
     return [EnqueueResult(id=id_, duplicate=False) for id_ in ids]
+
+
+def insert_batch_plan(batch: JobBatch, *,
+                      channel: str) -> plans.Plan[list[EnqueueResult]]:
+    """Insert the rows of one ``enqueue_many`` call in one statement (job_insert_batch),
+    one result per row in order, a unique-key duplicate as :func:`insert_plan` reports it.
+
+    The shared columns travel once, the data and the keys as one JSON array each;
+    ids are drawn, conflicts skipped and workers notified by the statement itself,
+    so the batch is one round trip (and, on a pooled connection, one transaction:
+    a bad row anywhere stores nothing). A batch whose JSON is too large for one
+    ``jsonb`` value goes through :func:`insert_plan` instead.
+    """
+    if not len(batch):
+        return []
+    if len(batch.datas_json) > BATCH_JSON_MAX_BYTES:
+        return (yield from insert_plan(batch.specs(), channel=channel))
+    s = batch.shared
+    keys = batch.unique_keys
+    found = yield from plans.rows("job_insert_batch", {
+        "datas": Jsonb(batch.datas_json, dumps=_as_is),
+        "unique_keys": None if keys is None else Jsonb(keys),
+        "queue": s.queue, "job_class": s.job_class, "priority": s.priority,
+        "run_at": s.run_at, "delay": s.delay_seconds, "max_retries": s.max_retries,
+        "timeout": s.timeout_seconds, "idempotent": s.idempotent,
+        "lease_name": s.lease_name, "schedule_name": s.schedule_name, "on_busy": s.on_busy,
+        "lease_ttl": s.lease_ttl_seconds, "trace_context": s.trace_context,
+        "pod_run": s.pod_run, "channel": channel,
+    })
+    ids: list[int | None] = found[0][0]
+    return (yield from _with_duplicates(ids, keys or [None] * len(ids)))
+
+
+def _with_duplicates(ids: Sequence[int | None],
+                     keys: Sequence[str | None]) -> plans.Plan[list[EnqueueResult]]:
+    """One result per row: its new id, or (None: its unique key conflicted) the id of
+    the row holding the key, from this batch or stored before."""
+    inserted = [EnqueueResult(id=id_, duplicate=False) for id_ in ids if id_ is not None]
+    if len(inserted) == len(ids):
+        return inserted
+    missing = [k for id_, k in zip(ids, keys, strict=True) if id_ is None]
+    # The existing row may have been committed by a concurrent enqueuer after this
+    # statement's snapshot, so look it up afresh.
+    found: dict[str, int] = dict(
+        (yield from plans.rows("job_ids_by_unique_key", {"unique_keys": missing})))
+    in_batch: dict[str, int] = {}
+    for id_, key in zip(ids, keys, strict=True):
+        if id_ is not None and key is not None:
+            in_batch.setdefault(key, id_)
+    results = []
+    for id_, key in zip(ids, keys, strict=True):
+        if id_ is not None:
+            results.append(EnqueueResult(id=id_, duplicate=False))
+            continue
+        assert key is not None  # only a unique-key conflict inserts nothing
+        existing = in_batch.get(key, found.get(key))
+        if existing is None:
+            raise RuntimeError(f"unique key {key!r} conflicted but no row holds it")
+        results.append(EnqueueResult(id=existing, duplicate=True))
+    return results
 
 
 def _insert_unnest(specs: Sequence[JobSpec], *,
@@ -395,33 +464,7 @@ def _insert_unnest(specs: Sequence[JobSpec], *,
         "channel": channel,
     }
     rows = yield from plans.rows("job_insert_many", params)
-    results: list[EnqueueResult | None] = []
-    missing: list[str] = []
-    for _ord, inserted_id, unique_key, _n in rows:
-        if inserted_id is not None:
-            results.append(EnqueueResult(id=inserted_id, duplicate=False))
-        else:
-            results.append(None)
-            missing.append(unique_key)
-    if missing:
-        # Duplicates: the existing row may have been committed by a concurrent
-        # enqueuer after this statement's snapshot, so look it up afresh.
-        found: dict[str, int] = dict(
-            (yield from plans.rows("job_ids_by_unique_key", {"unique_keys": missing})))
-        in_batch: dict[str, int] = {}
-        for spec, result in zip(specs, results, strict=True):
-            if result is not None and spec.unique_key is not None:
-                in_batch.setdefault(spec.unique_key, result.id)
-        for index, (spec, result) in enumerate(zip(specs, results, strict=True)):
-            if result is None:
-                assert spec.unique_key is not None
-                existing = in_batch.get(spec.unique_key, found.get(spec.unique_key))
-                if existing is None:
-                    raise RuntimeError(
-                        f"unique key {spec.unique_key!r} conflicted but no row holds it"
-                    )
-                results[index] = EnqueueResult(id=existing, duplicate=True)
-    return [r for r in results if r is not None]
+    return (yield from _with_duplicates([r[1] for r in rows], [s.unique_key for s in specs]))
 
 
 def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:

@@ -6,7 +6,9 @@
 -- name: job_insert_many
 -- One round trip for any number of jobs. Ids are drawn up front so each input row
 -- can be matched to its result; a unique-key conflict inserts nothing for that row
--- (the caller then looks the existing id up). NOTIFY once per distinct queue.
+-- (the caller then looks the existing id up). Rows go in in key order, so two
+-- batches that share keys never wait for each other in a cycle (see
+-- job_insert_batch). NOTIFY once per distinct queue.
 WITH input AS (
     SELECT nextval('{schema}.jobs_id_seq'::regclass) AS id, i.*
     FROM unnest(
@@ -27,7 +29,7 @@ inserted AS (
            coalesce(run_at, now()) + make_interval(secs => coalesce(delay, 0)),
            max_retries, timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
            on_busy, lease_ttl_seconds, trace_context, pod_run
-    FROM input ORDER BY ord
+    FROM input ORDER BY unique_key COLLATE "C", ord
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ),
@@ -38,6 +40,43 @@ notified AS (
 SELECT input.ord, inserted.id AS inserted_id, input.unique_key, (SELECT n FROM notified) AS n
 FROM input LEFT JOIN inserted ON inserted.id = input.id
 ORDER BY input.ord;
+
+-- name: job_insert_batch
+-- The rows of one enqueue_many call, in one statement and one round trip: they
+-- share every column but data and unique_key, so those travel once (scalars) and
+-- the per-row ones as one JSON array each, zipped by ROWS FROM (no keys: a NULL
+-- array, every key NULL). Ids are drawn up front so each row is matched to its
+-- result; a unique-key conflict (with a stored row or an earlier row of the batch)
+-- inserts nothing for that row, whose id comes back NULL (the caller then looks
+-- the existing id up). Rows go in in key order (code points: COLLATE "C" is the
+-- order Python's sort gives job_copy's rows): two batches that share keys then
+-- wait for each other's keys in one order, never in a cycle (a deadlock). The
+-- ids come back as one array in row order. NOTIFY once when anything was
+-- inserted (delivered at commit).
+WITH input AS (
+    SELECT nextval('{schema}.jobs_id_seq'::regclass) AS id, i.data, i.unique_key, i.ord
+    FROM ROWS FROM (jsonb_array_elements(%(datas)s::jsonb),
+                    jsonb_array_elements_text(%(unique_keys)s::jsonb))
+         WITH ORDINALITY AS i(data, unique_key, ord)
+),
+inserted AS (
+    INSERT INTO {schema}.jobs (id, queue, job_class, data, priority, run_at, max_retries,
+                               timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
+                               on_busy, lease_ttl_seconds, trace_context, pod_run)
+    SELECT id, %(queue)s, %(job_class)s, data, %(priority)s,
+           coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s),
+           %(max_retries)s, %(timeout)s, %(idempotent)s, unique_key, %(lease_name)s,
+           %(schedule_name)s, %(on_busy)s, %(lease_ttl)s, %(trace_context)s, %(pod_run)s
+    FROM input ORDER BY unique_key COLLATE "C", ord
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
+    RETURNING id
+),
+notified AS (
+    SELECT count(pg_notify(%(channel)s, %(queue)s)) AS n
+    FROM (SELECT 1 FROM inserted LIMIT 1) AS any_inserted
+)
+SELECT array_agg(inserted.id ORDER BY input.ord), (SELECT n FROM notified)
+FROM input LEFT JOIN inserted ON inserted.id = input.id;
 
 -- name: job_insert_one
 -- The common case of job_insert_many, one job, as a plain INSERT: no arrays to
