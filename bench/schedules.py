@@ -104,21 +104,41 @@ def _batch_specs(count: int) -> list[JobSpec]:
                     schedule_name=f"batch-{n:05d}") for n in range(count)]
 
 
-def _time_batch(db: Database, count: int) -> tuple[float, float]:
-    """Wall and client CPU seconds of one batch insert (CPU: what load hardly moves)."""
+class _Waits:
+    """Counts the client's waits on the server (psycopg ``Connection.wait`` calls):
+    round trips, a figure the machine's load does not move."""
+
+    count = 0
+    _wrapped = psycopg.Connection.wait
+
+    @classmethod
+    def install(cls) -> None:
+        def wait(conn: Any, gen: Any, *args: Any, **kwargs: Any) -> Any:
+            cls.count += 1
+            return cls._wrapped(conn, gen, *args, **kwargs)
+
+        psycopg.Connection.wait = wait  # type: ignore[method-assign]
+
+
+def _time_batch(db: Database, count: int) -> tuple[float, float, int]:
+    """Wall and client CPU seconds and waits of one batch insert (CPU and waits: what
+    load hardly moves)."""
     specs = _batch_specs(count)
+    _Waits.count = 0
     started, cpu = time.perf_counter(), time.process_time()
     db.jobs.insert_many(specs)
-    return time.perf_counter() - started, time.process_time() - cpu
+    return time.perf_counter() - started, time.process_time() - cpu, _Waits.count
 
 
-def _time_runner(db: Database, kind: str, count: int) -> tuple[float, float, dict[str, Any]]:
+def _time_runner(db: Database, kind: str,
+                 count: int) -> tuple[float, float, int, dict[str, Any]]:
+    _Waits.count = 0
     started, cpu = time.perf_counter(), time.process_time()
     report = runner.enqueue_due(db, limit=count)
     seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu
     if report.enqueued != count or report.errors:
         raise RuntimeError(f"{kind}: expected {count} enqueued, got {report}")
-    return seconds, cpu_seconds, report.as_json()
+    return seconds, cpu_seconds, _Waits.count, report.as_json()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -127,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     reps = 1 if args.quick else args.reps
     timings: dict[str, list[float]] = {"batch_insert": [], **{k: [] for k in KINDS}}
     cpu: dict[str, list[float]] = {"batch_insert": [], **{k: [] for k in KINDS}}
+    waits: dict[str, list[int]] = {"batch_insert": [], **{k: [] for k in KINDS}}
     loads: list[float] = []
+    _Waits.install()
     with databases.fresh_database(args.dsn, args.db_name) as dsn:
         facts = databases.server_facts(dsn)
         with Database(dsn, schema=SCHEMA, min_size=1, max_size=4) as db:
@@ -143,33 +165,35 @@ def main(argv: list[str] | None = None) -> int:
                 if rep:
                     loads.append(load)
                 _reset(dsn)
-                batch_seconds, batch_cpu = _time_batch(db, count)
+                batch_seconds, batch_cpu, batch_waits = _time_batch(db, count)
                 if rep:
                     timings["batch_insert"].append(batch_seconds)
                     cpu["batch_insert"].append(batch_cpu)
+                    waits["batch_insert"].append(batch_waits)
                 for kind in KINDS:
                     _reset(dsn, kind)
-                    seconds, cpu_seconds, report = _time_runner(db, kind, count)
+                    seconds, cpu_seconds, kind_waits, report = _time_runner(db, kind, count)
                     if rep:
                         timings[kind].append(seconds)
                         cpu[kind].append(cpu_seconds)
-                    print(f"  {kind}: {seconds:.3f}s (client CPU {cpu_seconds:.3f}s) {report}",
-                          file=sys.stderr)
+                        waits[kind].append(kind_waits)
+                    print(f"  {kind}: {seconds:.3f}s (client CPU {cpu_seconds:.3f}s, "
+                          f"{kind_waits} waits) {report}", file=sys.stderr)
     medians = {key: measure.median(values) for key, values in timings.items()}
     cpu_medians = {key: measure.median(values) for key, values in cpu.items()}
     batch = medians["batch_insert"]
     print(f"\n{count:,} schedules all due, median of {reps} (seconds; ratio to the batch "
           "insert of the same number of job rows; client CPU seconds beside)")
     print(f"{'batch insert (insert_many)':<34} {batch:8.3f}s  1.0x  "
-          f"CPU {cpu_medians['batch_insert']:.3f}s")
+          f"CPU {cpu_medians['batch_insert']:.3f}s  waits {waits['batch_insert'][-1]}")
     for kind in KINDS:
         label = f"enqueue_due, {kind} schedules"
         print(f"{label:<34} {medians[kind]:8.3f}s  {medians[kind] / batch:.1f}x  "
-              f"CPU {cpu_medians[kind]:.3f}s")
+              f"CPU {cpu_medians[kind]:.3f}s  waits {waits[kind][-1]}")
     record = {
         "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "schedules": count, "reps": reps, "timings": timings, "medians": medians,
-        "client_cpu": cpu, "client_cpu_medians": cpu_medians,
+        "client_cpu": cpu, "client_cpu_medians": cpu_medians, "client_waits": waits,
         "ratios": {kind: medians[kind] / batch for kind in KINDS},
         "load_averages": loads, "server": facts, "python": platform.python_version(),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},

@@ -16,11 +16,9 @@ from psycopg.types.json import Jsonb
 
 from jobwarden.structs.schedules import (
     SLOT_FATES,
-    DueSchedule,
     ScheduleHealth,
     ScheduleRecord,
     ScheduleSpec,
-    SlotAdvance,
     SlotFate,
 )
 
@@ -149,57 +147,7 @@ class SchedulesTable:
     def delete(self, name: str) -> bool:
         return self._db.row("schedule_delete", {"name": name}) is not None
 
-    # -- the runner ----------------------------------------------------------------
-
-    def claim_due(self, *, now: datetime.datetime, limit: int, conn: Connection,
-                  after: tuple[datetime.datetime, str] | None = None) -> list[DueSchedule]:
-        """Lock up to ``limit`` due schedules nobody else holds, until ``conn`` commits.
-
-        ``after`` = the (next_slot, name) of the last schedule of the previous page.
-        """
-        if after is None:
-            rows = self._db.rows("schedule_claim_due", {"now": now, "limit": limit},
-                                 conn=conn)
-        else:
-            rows = self._db.rows("schedule_claim_due_after", {
-                "now": now, "limit": limit, "after_slot": after[0], "after_name": after[1],
-            }, conn=conn)
-        return [
-            DueSchedule(name=r[0], expression=r[1], job_class=r[2], data=r[3], queue=r[4],
-                        priority=r[5], timeout_seconds=r[6], max_retries=r[7], idempotent=r[8],
-                        catch_up=r[9], catch_up_window_seconds=r[10], catch_up_max=r[11],
-                        overlap=r[12], planned_until=r[13], last_job_id=r[14],
-                        last_job_status=r[15], next_slot=r[16], pod_run=r[17])
-            for r in rows
-        ]
-
-    def advance_many(self, advances: Sequence[SlotAdvance], *, conn: Connection) -> int:
-        if not advances:
-            return 0
-        def iso(t: datetime.datetime | None) -> str | None:
-            return None if t is None else t.isoformat()
-
-        return self._db.execute("schedule_advance_many", {"advances": Jsonb([
-            {"name": a.name, "planned_until": iso(a.planned_until), "last_slot": iso(a.last_slot),
-             "last_enqueued_slot": iso(a.last_enqueued_slot), "next_slot": iso(a.next_slot),
-             "enqueued": a.enqueued, "skipped": a.skipped, "missed": a.missed,
-             "replaced": a.replaced, "last_job_id": a.last_job_id, "error": a.error}
-            for a in advances
-        ])}, conn=conn)
-
-    def record_slots(self, fates: Sequence[SlotFate], *, keep: int, conn: Connection) -> None:
-        """Write a pass's slot fates and prune each schedule's history to ``keep`` slots.
-
-        Two statements in the caller's transaction (the pass's): the prune must
-        see the rows just written to keep exactly the newest ``keep``.
-        """
-        if not fates:
-            return
-        self._db.execute("schedule_slots_record", {"rows": Jsonb([
-            {"name": f.schedule, "slot": f.slot.isoformat(), "fate": f.fate, "job_id": f.job_id}
-            for f in fates])}, conn=conn)
-        self._db.execute("schedule_slots_prune", {
-            "names": sorted({f.schedule for f in fates}), "keep": keep}, conn=conn)
+    # -- the runner (its pass itself: db/runnerpass.py) -----------------------------
 
     def mark_replaced(self, name: str, *, job_id: int, conn: Connection) -> None:
         """The slot whose run was ``job_id`` was replaced (Replace policy, runner's pass)."""

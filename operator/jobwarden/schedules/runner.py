@@ -44,13 +44,13 @@ import datetime as dt
 import functools
 import logging
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
 from jobwarden import errors, metrics
-from jobwarden.schedules import expressions, planning
-from jobwarden.schedules.slots import job_spec
-from jobwarden.structs.jobs import JobSpec
-from jobwarden.structs.schedules import DueSchedule, RunReport, SlotAdvance, SlotFate
+from jobwarden.db import runnerpass
+from jobwarden.schedules import expressions, planning, slots
+from jobwarden.structs.schedules import DueSchedule, JobRow, PassWrite, RunReport
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Connection, Database
@@ -129,77 +129,59 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_second
           ) -> tuple[RunReport, tuple[dt.datetime, str] | None]:
     """One transaction: claim due schedules, plan, enqueue, advance; metrics after commit.
 
-    Returns the report and the page key to continue after.
+    Returns the report and the page key to continue after. The jobs go in by COPY;
+    a slot whose job already exists (a backfill, a runner that worked from a stale
+    view) fails the COPY, and the pass is redone with an insert that skips it.
     """
+    try:
+        return _attempt(db, now=now, limit=limit, tolerance_seconds=tolerance_seconds,
+                        after=after, copy=True)
+    except runnerpass.SlotConflict:
+        logger.debug("schedule runner: a slot's job exists; redoing the pass without COPY")
+        return _attempt(db, now=now, limit=limit, tolerance_seconds=tolerance_seconds,
+                        after=after, copy=False)
+
+
+def _attempt(db: Database, *, now: dt.datetime | None, limit: int, tolerance_seconds: int,
+             after: tuple[dt.datetime, str] | None, copy: bool,
+             ) -> tuple[RunReport, tuple[dt.datetime, str] | None]:
     report = RunReport()
-    per_schedule: list[tuple[str, int, int, int]] = []  # name, enqueued, skipped, missed
-    enqueued_specs: list[JobSpec] = []
-    with db.transaction() as conn:
-        at = db.schedules.now(conn=conn, now=now)
-        due = db.schedules.claim_due(now=at, limit=limit, conn=conn, after=after)
+    write = PassWrite()
+    rows: list[JobRow] = []
+    with runnerpass.runner_pass(db) as tx:
+        at, due = tx.claim(now=now, limit=limit, after=after)
         report.checked = len(due)
-        if not due:
+        if at is None:
             return report, after
         after = (due[-1].next_slot, due[-1].name)
-        advances: list[SlotAdvance] = []
         plans: dict[tuple[object, ...], planning.DuePlan] = {}
-        batch: list[JobSpec] = []
-        owners: list[tuple[int, int]] = []  # (index into advances, slot index) per spec
-        slots_of: list[list[dt.datetime]] = []
-        fates: list[SlotFate] = []
         for schedule in due:
             try:
-                run, advance, replaced, decided = _plan(db, schedule, at, tolerance_seconds,
-                                                        conn, plans)
+                _plan(db, tx.conn, schedule, at, tolerance_seconds, plans, write, rows, report)
             except Exception as exc:  # a bad stored row must not stop the others
                 report.errors += 1
                 logger.exception("schedule %r: cannot plan", schedule.name)
-                advances.append(_error_advance(schedule, at, exc))
-                slots_of.append([])
-                continue
-            report.replaced += replaced
-            fates.extend(decided)
-            index = len(advances)
-            advances.append(advance)
-            slots_of.append(run)
-            for position, slot in enumerate(run):
-                batch.append(job_spec(
-                    name=schedule.name, slot=slot, job_class=schedule.job_class,
-                    data=schedule.data, queue=schedule.queue, priority=schedule.priority,
-                    timeout_seconds=schedule.timeout_seconds, max_retries=schedule.max_retries,
-                    idempotent=schedule.idempotent, overlap=schedule.overlap,
-                    pod_run=schedule.pod_run))
-                owners.append((index, position))
-        results = db.jobs.insert_many(batch, conn=conn)
-        fresh = [0] * len(advances)
-        last_ids: list[int | None] = [None] * len(advances)
-        for spec, (index, position), result in zip(batch, owners, results, strict=True):
-            last_ids[index] = result.id  # slots are ascending: the newest slot's job wins
-            fates.append(SlotFate(schedule=advances[index].name,
-                                  slot=slots_of[index][position], fate="enqueued",
-                                  job_id=result.id))
-            if result.duplicate:
-                report.duplicates += 1
-            else:
-                fresh[index] += 1
-                enqueued_specs.append(spec)
-        final: list[SlotAdvance] = []
-        for index, advance in enumerate(advances):
-            run = slots_of[index]
-            final.append(SlotAdvance(
-                name=advance.name, planned_until=advance.planned_until,
-                last_slot=advance.last_slot,
-                last_enqueued_slot=run[-1] if run else None, next_slot=advance.next_slot,
-                enqueued=fresh[index], skipped=advance.skipped, missed=advance.missed,
-                last_job_id=last_ids[index], error=advance.error, replaced=advance.replaced))
-            report.enqueued += fresh[index]
-            report.skipped += advance.skipped
-            report.missed += advance.missed
-            per_schedule.append((advance.name, fresh[index], advance.skipped, advance.missed))
-        db.schedules.advance_many(final, conn=conn)
-        db.schedules.record_slots(fates, keep=SLOT_HISTORY, conn=conn)
+                _error_advance(write, schedule, at, exc)
+        if copy:
+            tx.copy_jobs(rows)
+            fresh_rows = rows
+        else:
+            fresh = tx.insert_jobs(rows)
+            fresh_rows = [row for row in rows if row[7] in fresh]
+            if len(fresh_rows) < len(rows):
+                report.duplicates += len(rows) - len(fresh_rows)
+                position = {name: index for index, name in enumerate(write.names)}
+                for row in rows:
+                    if row[7] not in fresh:
+                        write.enqueued[position[row[9]]] -= 1
+        tx.finish(write, keep=SLOT_HISTORY,
+                  notify_queues=sorted({row[0] for row in fresh_rows}))
     # Committed: only now do the counters move (a rolled-back pass counted nothing).
-    for name, enqueued, skipped, missed in per_schedule:
+    report.enqueued += sum(write.enqueued)
+    report.skipped += sum(write.skipped)
+    report.missed += sum(write.missed)
+    for name, enqueued, skipped, missed in zip(write.names, write.enqueued, write.skipped,
+                                               write.missed, strict=True):
         metrics.prime_schedule(name)
         if enqueued:
             metrics.SCHEDULE_SLOTS_ENQUEUED.labels(name).inc(enqueued)
@@ -208,16 +190,17 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_second
         if missed:
             metrics.SCHEDULE_SLOTS_MISSED.labels(name).inc(missed)
     for (queue, job_class), count in collections.Counter(
-            (spec.queue, spec.job_class) for spec in enqueued_specs).items():
+            (row[0], row[1]) for row in fresh_rows).items():
         metrics.JOBS_ENQUEUED.labels(queue, job_class).inc(count)
     return report, after
 
 
-def _plan(db: Database, schedule: DueSchedule, at: dt.datetime, tolerance_seconds: int,
-          conn: Connection, plans: dict[tuple[object, ...], planning.DuePlan],
-          ) -> tuple[list[dt.datetime], SlotAdvance, int, list[SlotFate]]:
-    """The slots to enqueue for one schedule, its write-back, runs replaced (0 or 1),
-    and the fates of the slots it did not enqueue (skipped, missed; for the history).
+def _plan(db: Database, conn: Connection, schedule: DueSchedule, at: dt.datetime,
+          tolerance_seconds: int, plans: dict[tuple[object, ...], planning.DuePlan],
+          write: PassWrite, rows: list[JobRow], report: RunReport) -> None:
+    """Plan one schedule: its slots' job rows, its write-back and the fates of its slots,
+    appended to ``rows`` and ``write`` only once nothing can fail any more (a schedule
+    that fails to plan leaves no half of itself in the pass).
 
     ``plans``: the pass's plans by their inputs. A plan depends only on the
     expression, the planning point and the catch-up settings (``at`` and the
@@ -237,58 +220,88 @@ def _plan(db: Database, schedule: DueSchedule, at: dt.datetime, tolerance_second
             window_seconds=schedule.catch_up_window_seconds,
             max_catch_up=schedule.catch_up_max, tolerance_seconds=tolerance_seconds,
         )
-    run = list(plan.run)
-    skipped = replaced = 0
-    skipped_slots: list[dt.datetime] = []
-    previous_active = schedule.last_job_status in _ACTIVE
+    name = schedule.name
+    run: Sequence[dt.datetime] = plan.run  # shared with other schedules: sliced, never changed
+    skipped_slots: Sequence[dt.datetime] = ()
+    replaced = 0
     if run and schedule.overlap == "Forbid":
-        if previous_active:
-            skipped_slots, run = run, []
+        if schedule.last_job_status in _ACTIVE:
+            skipped_slots, run = run, ()
         else:
             skipped_slots, run = run[1:], run[:1]
     elif run and schedule.overlap == "Replace":
         skipped_slots, run = run[:-1], run[-1:]
-        if previous_active and schedule.last_job_id is not None:
+        if schedule.last_job_status in _ACTIVE and schedule.last_job_id is not None:
             status = db.schedules.cancel_job(
                 schedule.last_job_id, reason=f"replaced by the slot {run[0].isoformat()}",
                 conn=conn)
             replaced = 1 if status is not None else 0
             if replaced:
-                db.schedules.mark_replaced(schedule.name, job_id=schedule.last_job_id,
-                                           conn=conn)
-            logger.info("schedule %r: previous run %d %s (Replace)", schedule.name,
+                db.schedules.mark_replaced(name, job_id=schedule.last_job_id, conn=conn)
+            logger.info("schedule %r: previous run %d %s (Replace)", name,
                         schedule.last_job_id,
                         "cancelled" if status == "cancelled" else "asked to stop")
-    skipped = len(skipped_slots)
-    decided = [SlotFate(schedule=schedule.name, slot=s, fate="skipped") for s in skipped_slots]
+    missed_slots = (_missed_slots(expr, plan.run, after=schedule.planned_until, at=at)
+                    if plan.missed else [])
+    if skipped_slots:
+        logger.info("schedule %r: %d slot(s) skipped by overlap policy %s", name,
+                    len(skipped_slots), schedule.overlap)
     if plan.missed:
-        decided.extend(SlotFate(schedule=schedule.name, slot=s, fate="missed")
-                       for s in _missed_slots(expr, plan.run, after=schedule.planned_until,
-                                              at=at))
-    if skipped:
-        logger.info("schedule %r: %d slot(s) skipped by overlap policy %s", schedule.name,
-                    skipped, schedule.overlap)
-    if plan.missed:
-        logger.info("schedule %r: %d slot(s) missed (catch-up %s)%s", schedule.name,
+        logger.info("schedule %r: %d slot(s) missed (catch-up %s)%s", name,
                     plan.missed, schedule.catch_up, "" if plan.missed_exact else " at least")
     # The newest slot that got a fate. The plan considers slots newest first and a
     # slot too old to run makes every older one too old, so when anything runs, the
     # newest slot is among the runs; only an all-missed plan needs a lookup.
+    fated: dt.datetime | None
     if plan.run:
-        fated: dt.datetime | None = plan.run[-1]
+        fated = plan.run[-1]
     elif plan.missed:
         newest = expr.prev_at_or_before(at)
         fated = newest if newest is not None and newest > schedule.planned_until else None
     else:
         fated = None
-    return run, SlotAdvance(
-        name=schedule.name, planned_until=plan.cursor, last_slot=fated,
-        last_enqueued_slot=None, next_slot=plan.next_slot, enqueued=0, skipped=skipped,
-        missed=plan.missed, last_job_id=None, replaced=replaced,
-    ), replaced, decided
+    keys = [slots.slot_key(name, slot) for slot in run]
+    new_rows: list[JobRow] = []
+    if run:
+        queue, priority, max_retries, timeout, idempotent, lease, on_busy = slots.job_fields(
+            name=name, queue=schedule.queue, priority=schedule.priority,
+            timeout_seconds=schedule.timeout_seconds, max_retries=schedule.max_retries,
+            idempotent=schedule.idempotent, overlap=schedule.overlap)
+        job_class, data, pod_run = schedule.job_class, schedule.data, schedule.pod_run
+        new_rows = [(queue, job_class, data, priority, max_retries, timeout, idempotent,
+                     unique_key, lease, name, on_busy, pod_run) for unique_key in keys]
+    # Nothing below raises: the schedule goes into the pass whole.
+    rows.extend(new_rows)
+    report.replaced += replaced
+    write.names.append(name)
+    write.ctids.append(schedule.ctid)
+    write.planned_until.append(plan.cursor)
+    write.last_slot.append(fated)
+    write.last_enqueued_slot.append(run[-1] if run else None)
+    write.next_slot.append(plan.next_slot)
+    write.enqueued.append(len(run))  # less the duplicates, once the insert has told
+    write.skipped.append(len(skipped_slots))
+    write.missed.append(plan.missed)
+    write.replaced.append(replaced)
+    write.last_key.append(keys[-1] if keys else None)
+    write.error.append(None)
+    for slot, unique_key in zip(run, keys, strict=True):
+        _fate(write, name, slot, "enqueued", unique_key)
+    for slot in skipped_slots:
+        _fate(write, name, slot, "skipped", None)
+    for slot in missed_slots:
+        _fate(write, name, slot, "missed", None)
 
 
-def _missed_slots(expr: expressions.Expression, run: tuple[dt.datetime, ...] | list[dt.datetime],
+def _fate(write: PassWrite, name: str, slot: dt.datetime, fate: str,
+          unique_key: str | None) -> None:
+    write.fate_names.append(name)
+    write.fate_slots.append(slot)
+    write.fates.append(fate)
+    write.fate_keys.append(unique_key)
+
+
+def _missed_slots(expr: expressions.Expression, run: Sequence[dt.datetime],
                   *, after: dt.datetime, at: dt.datetime) -> list[dt.datetime]:
     """The newest missed slots in ``(after, at]`` (those not in ``run``), at most
     :data:`SLOT_HISTORY`: the history's bound, so a long outage costs no more."""
@@ -302,11 +315,18 @@ def _missed_slots(expr: expressions.Expression, run: tuple[dt.datetime, ...] | l
     return found
 
 
-def _error_advance(schedule: DueSchedule, at: dt.datetime, exc: Exception) -> SlotAdvance:
+def _error_advance(write: PassWrite, schedule: DueSchedule, at: dt.datetime,
+                   exc: Exception) -> None:
     """Leave the planning point alone, record the error, and look again a little later."""
-    return SlotAdvance(
-        name=schedule.name, planned_until=schedule.planned_until, last_slot=None,
-        last_enqueued_slot=None, next_slot=at + dt.timedelta(seconds=ERROR_RETRY_SECONDS),
-        enqueued=0, skipped=0, missed=0, last_job_id=None,
-        error=f"{type(exc).__name__}: {exc}"[:1000],
-    )
+    write.names.append(schedule.name)
+    write.ctids.append(schedule.ctid)
+    write.planned_until.append(schedule.planned_until)
+    write.last_slot.append(None)
+    write.last_enqueued_slot.append(None)
+    write.next_slot.append(at + dt.timedelta(seconds=ERROR_RETRY_SECONDS))
+    write.enqueued.append(0)
+    write.skipped.append(0)
+    write.missed.append(0)
+    write.replaced.append(0)
+    write.last_key.append(None)
+    write.error.append(f"{type(exc).__name__}: {exc}"[:1000])

@@ -15,7 +15,7 @@ from jobwarden.schedules import expressions, planning
 from jobwarden.structs.jobs import JobSpec
 from jobwarden.structs.leases import lease_name
 
-__all__ = ["job_spec", "passed_slots", "schedule_lease", "slot_key"]
+__all__ = ["job_fields", "job_spec", "passed_slots", "schedule_lease", "slot_key"]
 
 
 def slot_key(name: str, slot: dt.datetime) -> str:
@@ -43,21 +43,42 @@ def job_spec(*, name: str, slot: dt.datetime, job_class: str, data: Any, queue: 
     ``pod_run``: the schedule's, so a pod-per-run schedule's jobs are the operator's
     to claim (never a worker's).
     """
-    base = definitions.Job
+    (queue_, priority_, max_retries_, timeout_, idempotent_, lease, on_busy) = job_fields(
+        name=name, queue=queue, priority=priority, timeout_seconds=timeout_seconds,
+        max_retries=max_retries, idempotent=idempotent, overlap=overlap)
     return JobSpec(
-        job_class=job_class, data=data, queue=queue or base.queue,
-        priority=base.priority if priority is None else priority,
-        max_retries=base.max_retries if max_retries is None else max_retries,
-        timeout_seconds=float(base.timeout if timeout_seconds is None else timeout_seconds),
-        idempotent=base.idempotent if idempotent is None else idempotent,
-        unique_key=slot_key(name, slot),
-        lease_name=schedule_lease(name) if overlap in ("Forbid", "Replace") else None,
+        job_class=job_class, data=data, queue=queue_, priority=priority_,
+        max_retries=max_retries_, timeout_seconds=timeout_, idempotent=idempotent_,
+        unique_key=slot_key(name, slot), lease_name=lease, on_busy=on_busy,
+        schedule_name=name, pod_run=pod_run,
+    )
+
+
+def job_fields(*, name: str, queue: str | None, priority: int | None,
+               timeout_seconds: float | None, max_retries: int | None,
+               idempotent: bool | None, overlap: str,
+               ) -> tuple[str, int, int, float, bool, str | None, str | None]:
+    """What every slot job of a schedule shares, defaults applied: queue, priority,
+    max_retries, timeout_seconds, idempotent, lease_name, on_busy.
+
+    One place for the defaults, so :func:`job_spec` (backfill, run-now) and the
+    runner's pass (which copies rows without building a JobSpec per slot) agree.
+    """
+    base = definitions.Job
+    return (
+        queue or base.queue,
+        base.priority if priority is None else priority,
+        base.max_retries if max_retries is None else max_retries,
+        float(base.timeout if timeout_seconds is None else timeout_seconds),
+        base.idempotent if idempotent is None else idempotent,
+        schedule_lease(name) if overlap in ("Forbid", "Replace") else None,
         # Forbid: a run that finds the previous one still holding the lease is dropped
         # (never queued behind it); Replace: the new run waits until the old one stopped.
-        on_busy={"Forbid": "skip", "Replace": "defer"}.get(overlap),
-        schedule_name=name,
-        pod_run=pod_run,
+        _ON_BUSY.get(overlap),
     )
+
+
+_ON_BUSY = {"Forbid": "skip", "Replace": "defer"}
 
 
 def passed_slots(expr: expressions.Expression, *, since: dt.datetime,

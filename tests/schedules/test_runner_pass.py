@@ -1,0 +1,125 @@
+"""The runner's pass on the wire (db/runnerpass.py): what its shortcuts must not change.
+
+A pass copies its jobs with one COPY, finds their ids by unique key, reads each
+schedule's payload as JSON text and writes it back untouched, writes the rows
+back by the tuple ids its claim locked, and redoes itself with an
+``INSERT ... ON CONFLICT`` when a slot's job already exists. Each test here
+fails if one of those shortcuts loses a guarantee: one job per slot, duplicates
+counted (not enqueued), fates counted once by the statement that decided them,
+the payload and the pod run copied exactly, one bad slot never costing the
+other schedules of the pass.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from jobwarden import metrics
+from jobwarden.client import Client
+from jobwarden.db import runnerpass
+from jobwarden.db.database import Database
+from jobwarden.schedules import runner
+from jobwarden.structs.states import JobStatus
+
+T0 = dt.datetime(2030, 1, 7, 12, 0, 30, tzinfo=dt.UTC)  # schedules are created here
+JOB = "tests.support.schedulejobs:Tick"
+
+
+def at(hours: int = 0, minutes: int = 0, seconds: int = 0) -> dt.datetime:
+    return dt.datetime(2030, 1, 7, hours, minutes, seconds, tzinfo=dt.UTC)
+
+
+def enqueued_metric(name: str) -> float:
+    return metrics.REGISTRY.get_sample_value("jobwarden_schedule_slots_enqueued_total",
+                                             {"schedule": name}) or 0.0
+
+
+def keys_of(client: Client, name: str) -> list[str]:
+    """The unique keys of the jobs of the schedule's slots (a backfilled one included)."""
+    return sorted(j.unique_key for j in client.jobs(limit=1000)
+                  if j.unique_key and j.unique_key.startswith(f"{name}:"))
+
+
+def test_an_existing_slot_job_redoes_the_pass_and_costs_the_others_nothing(
+        client: Client, db: Database, monkeypatch: Any) -> None:
+    """A backfilled slot fails the pass's COPY; the redo inserts every other slot once,
+    counts the duplicate, names the existing job in its fate, and moves the counters
+    (and the Replace cancellation) once, not once per attempt."""
+    for n in range(6):
+        client.schedules.upsert(f"s{n}", interval="1m", job_class=JOB, now=T0)
+    client.schedules.upsert("swap", interval="1m", job_class=JOB, overlap="Replace", now=T0)
+    client.schedules.enqueue_due(now=at(12, 1, 1))
+    [previous] = [j for j in client.jobs(limit=100) if j.schedule_name == "swap"]
+    existing = client.enqueue(JOB, unique_key="s3:2030-01-07T12:02:00Z")
+    before = {f"s{n}": enqueued_metric(f"s{n}") for n in range(6)}
+    attempts: list[bool] = []
+    original = runner._attempt
+
+    def attempt(*args: Any, **kwargs: Any) -> Any:
+        attempts.append(kwargs["copy"])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(runner, "_attempt", attempt)
+
+    report = client.schedules.enqueue_due(now=at(12, 2, 1))
+
+    assert attempts == [True, False]  # the COPY met the slot's job; the redo did not
+    assert (report.checked, report.enqueued, report.duplicates, report.replaced) == (7, 6, 1, 1)
+    assert client.job(previous.id).status is JobStatus.CANCELLED
+    for n in range(6):
+        name = f"s{n}"
+        assert keys_of(client, name) == [f"{name}:2030-01-07T12:01:00Z",
+                                         f"{name}:2030-01-07T12:02:00Z"]
+        record = client.schedules.get(name)
+        assert record is not None
+        assert record.enqueued_count == (1 if name == "s3" else 2)
+        assert enqueued_metric(name) - before[name] == (0 if name == "s3" else 1)
+        [newest, *_] = db.schedules.slots(name)
+        assert (newest.slot, newest.fate) == (at(12, 2), "enqueued")
+        assert newest.job_id == record.last_job_id
+    s3 = client.schedules.get("s3")
+    assert s3 is not None and s3.last_job_id == existing.id
+    swap = client.schedules.get("swap")
+    assert swap is not None and (swap.enqueued_count, swap.replaced_count) == (2, 1)
+    assert [f.fate for f in db.schedules.slots("swap")] == ["enqueued", "replaced"]
+
+
+def test_the_payload_and_the_pod_run_reach_each_job_exactly_as_stored(
+        client: Client) -> None:
+    """The pass never parses the payload: the stored JSON text is what the job gets."""
+    data = {"text": "tab\there \"quoted\" \\ back, é ✓ 🙂", "nested": {"list": [1, 2.5, None,
+            True]}, "big": 2**62, "tiny": 1e-300, "empty": {}, "": ""}
+    client.schedules.upsert("payload", interval="1m", job_class=JOB, data=data,
+                            catch_up="all", now=T0)
+    client.schedules.upsert("pods", interval="1m", job_class=JOB, data=[1, "two"],
+                            pod_run="JobSchedule/ns/pods", now=T0)
+    report = client.schedules.enqueue_due(now=at(12, 3, 1))
+    assert report.enqueued == 4  # three slots of "payload" (catch-up all), one of "pods"
+    jobs = client.jobs(limit=100)
+    assert [j.data for j in jobs if j.schedule_name == "payload"] == [data] * 3
+    [pods] = [j for j in jobs if j.schedule_name == "pods"]
+    assert pods.data == [1, "two"]
+    assert pods.pod_run == "JobSchedule/ns/pods"
+
+
+def test_a_pass_that_would_leave_a_schedule_unadvanced_commits_nothing(
+        client: Client, db: Database, monkeypatch: Any) -> None:
+    """The write-back finds its rows by the tuple ids the claim locked; should one not
+    be found, the pass fails before its COMMIT: no job without its advance."""
+    client.schedules.upsert("kept", interval="1m", job_class=JOB, now=T0)
+    client.schedules.upsert("lost", interval="1m", job_class=JOB, now=T0)
+    original = runnerpass.RunnerPass.claim
+
+    def claim(self: runnerpass.RunnerPass, **kwargs: Any) -> Any:
+        clock, due = original(self, **kwargs)
+        return clock, [d._replace(ctid="(0,0)") if d.name == "lost" else d for d in due]
+
+    monkeypatch.setattr(runnerpass.RunnerPass, "claim", claim)
+    report = runner.enqueue_due(db, now=at(12, 1, 1))
+    assert report.errors == 1 and report.enqueued == 0
+    assert client.jobs() == []
+    for name in ("kept", "lost"):
+        record = client.schedules.get(name)
+        assert record is not None and record.enqueued_count == 0
+        assert record.next_slot == at(12, 1)
