@@ -20,6 +20,7 @@ import contextlib
 import os
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 
 import psycopg
@@ -44,19 +45,30 @@ def server() -> Iterator[EmbeddedServer]:
         yield own
 
 
-def _claim_then_crash(server: EmbeddedServer, *, idempotent: bool) -> tuple[int, object]:
+def _claim_then_crash(server: EmbeddedServer, *, idempotent: bool,
+                      capped: bool) -> tuple[int, object]:
     """Enqueue one job, claim it with the WAL writer stopped, SIGKILL the server.
 
+    ``capped``: the claim every worker makes (the host registry's: one message of
+    BEGIN, host lock, prepared claim, COMMIT), else the plain one-statement claim.
     Returns the job id and the claim token the claimant was given.
     """
     with Database(server.dsn, min_size=1, max_size=1) as db:
-        queue = f"idempotent-{idempotent}"  # each test its own queue on the shared server
+        queue = _queue(idempotent, capped)  # each test its own queue on the shared server
         job = db.jobs.insert_many([JobSpec(job_class="tests.support.testjobs:Counted",
                                            queue=queue, idempotent=idempotent)])[0]
+        if capped:
+            db.hosts.register(host="h", pool="default", code_version="", cap=None,
+                              worker_id=uuid.uuid4(), pid=os.getpid(), concurrency=1,
+                              queues=[queue])
+            # Prepared before the WAL writer stops: the claim below is one message.
+            db.jobs.claim(host="h", limit=5, grace_seconds=0.5, queues=["nothing-here"],
+                          host_cap=True)
         walwriter = walwriter_pid(server.dsn)
         os.kill(walwriter, signal.SIGSTOP)
         try:
-            claimed = db.jobs.claim(host="h", limit=5, grace_seconds=0.5, queues=[queue])
+            claimed = db.jobs.claim(host="h", limit=5, grace_seconds=0.5, queues=[queue],
+                                    host_cap=capped)
             assert [c.id for c in claimed] == [job.id]
             server.crash()
         finally:
@@ -66,9 +78,15 @@ def _claim_then_crash(server: EmbeddedServer, *, idempotent: bool) -> tuple[int,
     return job.id, claimed[0].claim_token
 
 
+def _queue(idempotent: bool, capped: bool) -> str:
+    return f"idempotent-{idempotent}-capped-{capped}"
+
+
+@pytest.mark.parametrize("capped", [False, True])
 def test_a_claimed_non_idempotent_job_stays_claimed_across_a_crash_and_never_runs_twice(
-        server: EmbeddedServer) -> None:
-    job_id, token = _claim_then_crash(server, idempotent=False)
+        server: EmbeddedServer, capped: bool) -> None:
+    job_id, token = _claim_then_crash(server, idempotent=False, capped=capped)
+    queue = _queue(False, capped)
     with Database(server.dsn, min_size=1, max_size=1) as db:
         record = db.jobs.get(job_id)
         assert record is not None
@@ -76,7 +94,7 @@ def test_a_claimed_non_idempotent_job_stays_claimed_across_a_crash_and_never_run
         assert record.attempts == 1
         # The job may have started before the crash: nobody may claim it again.
         assert db.jobs.claim(host="other", limit=5, grace_seconds=30,
-                             queues=["idempotent-False"]) == []
+                             queues=[queue]) == []
         # Its claimant is gone (no heartbeat): the reaper ends it as interrupted.
         deadline = time.monotonic() + 30
         while not db.jobs.reap():
@@ -85,16 +103,17 @@ def test_a_claimed_non_idempotent_job_stays_claimed_across_a_crash_and_never_run
         record = db.jobs.get(job_id)
         assert record is not None and record.status is JobStatus.INTERRUPTED
         assert db.jobs.claim(host="other", limit=5, grace_seconds=30,
-                             queues=["idempotent-False"]) == []
+                             queues=[queue]) == []
         with psycopg.connect(server.dsn) as conn:
             row = conn.execute("SELECT claim_token FROM jobwarden.jobs WHERE id = %s",
                                (job_id,)).fetchone()
         assert row is not None and row[0] == token
 
 
+@pytest.mark.parametrize("capped", [False, True])
 def test_a_claimed_idempotent_job_may_be_forgotten_by_a_crash_and_runs_again(
-        server: EmbeddedServer) -> None:
-    job_id, _token = _claim_then_crash(server, idempotent=True)
+        server: EmbeddedServer, capped: bool) -> None:
+    job_id, _token = _claim_then_crash(server, idempotent=True, capped=capped)
     with Database(server.dsn, min_size=1, max_size=1) as db:
         record = db.jobs.get(job_id)
         assert record is not None
@@ -102,5 +121,5 @@ def test_a_claimed_idempotent_job_may_be_forgotten_by_a_crash_and_runs_again(
         assert record.status is JobStatus.PENDING
         assert record.attempts == 0
         again = db.jobs.claim(host="other", limit=5, grace_seconds=30,
-                              queues=["idempotent-True"])
+                              queues=[_queue(True, capped)])
         assert [c.id for c in again] == [job_id]  # at least once: it runs again

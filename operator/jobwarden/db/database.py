@@ -38,6 +38,7 @@ from jobwarden.db.pool import RECONNECT_POLL_SECONDS as RECONNECT_POLL_SECONDS
 from jobwarden.db.pool import Pool
 from jobwarden.db.pool import describe_dsn as describe_dsn
 from jobwarden.db.pool import env_prepare_threshold as env_prepare_threshold
+from jobwarden.db.prepared import PreparedStatements
 
 
 class Database:
@@ -93,6 +94,8 @@ class Database:
         self.queues = _queues.QueuesTable(self)
         self.schedules = _schedules.SchedulesTable(self)
         self.podruns = _podruns.PodRunsTable(self)
+        #: Which pooled connections hold which SQL-level prepared statements.
+        self.prepared = PreparedStatements()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -149,7 +152,8 @@ class Database:
         with self.connection() as c:
             return c.execute(self.sql(name), params).fetchall()
 
-    def in_one_round_trip(self, steps: list[tuple[str, Params | None]]) -> list[list[Row]]:
+    def in_one_round_trip(self, steps: list[tuple[str, Params | None]], *,
+                          prepared: bool = False) -> list[list[Row]]:
         """Run named queries in one transaction sent as one message; each one's rows.
 
         ``BEGIN; <each statement, parameters bound here>; COMMIT`` goes out as one
@@ -159,11 +163,27 @@ class Database:
         Each statement still takes its own snapshot (read committed), so a later one
         sees what an earlier one waited for. Only for statements that do not need
         each other's results in Python; a failure rolls the whole transaction back.
+        ``prepared``: each statement is ``EXECUTE``d from a per-connection ``PREPARE``
+        instead (the simple protocol plans every statement every time; see
+        :mod:`jobwarden.db.prepared`), with plain text again where a pooler lost it.
         """
+        if prepared and self.prepared.enabled:
+            try:
+                return self._in_one_message(steps, prepared=True)
+            except psycopg.errors.InvalidSqlStatementName:
+                self.prepared.disable()  # nothing committed: the transaction failed whole
+        return self._in_one_message(steps, prepared=False)
+
+    def _in_one_message(self, steps: list[tuple[str, Params | None]], *,
+                        prepared: bool) -> list[list[Row]]:
         with self.connection() as conn:
             binder = psycopg.ClientCursor(conn)
-            text = ";\n".join(["BEGIN", *(binder.mogrify(self.sql(name), params)
-                                          for name, params in steps), "COMMIT"])
+            text = ";\n".join([
+                "BEGIN",
+                *(self.prepared.execute_text(conn, binder, name, self.sql(name), params)
+                  if prepared else binder.mogrify(self.sql(name), params)
+                  for name, params in steps),
+                "COMMIT"])
             try:
                 with conn.cursor() as cur:
                     cur.execute(text.encode())  # no parameters: the simple query protocol

@@ -143,7 +143,7 @@ class JobsTable:
             if queues:
                 params["queues"] = list(queues)
             rows = self._db.in_one_round_trip([("host_claim_lock", {"host": host}),
-                                               (name, params)])[1]
+                                               (name, params)], prepared=True)[1]
         elif queues:
             rows = self._db.rows("job_claim_queues", {**params, "queues": list(queues)})
         else:
