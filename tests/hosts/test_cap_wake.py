@@ -1,8 +1,9 @@
 """A freed slot on a capped host is claimed at once, not at the next poll (issue 16).
 
 The workers here poll once an hour, so a job that starts at all started because
-something woke the fetch loop: the process's own write of an outcome (local
-wake), or a sibling process's NOTIFY that a unit of the host's cap is free.
+something made the process claim: the process's own write of an outcome (local
+wake of the fetch loop), or a sibling process's NOTIFY that a unit of the host's
+cap is free (heard and claimed on by the listen thread).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import threading
 from collections.abc import Callable
 
 import jobwarden
+from jobwarden.worker.claiming import Round
 from jobwarden.worker.worker import Worker
 from tests.support.waiting import wait_for
 
@@ -41,30 +43,32 @@ def _running(client: jobwarden.Client) -> int:
     return sum(n for n in [h.running for h in client.hosts.status(host="capped")])
 
 
-class _CountedWaits(threading.Event):
-    """The fetch loop's wake event, counting how often the loop went to sleep on it.
+class _IdleRounds:
+    """Counts the process's claim rounds that ended with nothing more to claim.
 
-    A fetch loop only sleeps after a claim that got fewer jobs than it asked for,
-    so a new sleep after an enqueue means "that claim found the cap full": only
+    A round ends idle only after a claim that got fewer jobs than it asked for,
+    so a new one after an enqueue means "that claim found the cap full": only
     then may the test free the slot, or the freed slot would be found by a claim
-    that was going to happen anyway.
+    that was going to happen anyway. Both the fetch loop and the listen thread
+    (on a NOTIFY) claim through :meth:`Claimer.claim_round`.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, worker: Worker) -> None:
         self.waits = 0
+        self._round = worker.claimer.claim_round
+        worker.claimer.claim_round = self  # type: ignore[method-assign]
 
-    def wait(self, timeout: float | None = None) -> bool:
-        self.waits += 1
-        return super().wait(timeout)
+    def __call__(self) -> Round:
+        outcome = self._round()
+        if outcome == "idle":
+            self.waits += 1
+        return outcome
 
 
-def _count_waits(worker: Worker) -> _CountedWaits:
-    counted = _CountedWaits()
-    previous = worker.claimer.wake_event
-    worker.claimer.wake_event = counted
-    previous.set()  # the loop may be asleep on the old event: let it move to the new one
-    wait_for(lambda: counted.waits > 0, timeout=10, message="the fetch loop sleeps")
+def _count_waits(worker: Worker) -> _IdleRounds:
+    counted = _IdleRounds(worker)
+    worker.claimer.wake()  # one round through the counter before the test goes on
+    wait_for(lambda: counted.waits > 0, timeout=10, message="an idle claim round")
     return counted
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import threading
 import time
 import urllib.request
 from collections.abc import Callable
+from typing import Any
 
 import psycopg
 
 import jobwarden
 from jobwarden import metrics
+from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
 from tests.conftest import audit_rows
@@ -173,6 +177,59 @@ def test_an_idle_worker_starts_a_new_job_on_notify_not_on_its_poll(
     job_id = client.enqueue(testjobs.Record).id
     assert _finished(client, job_id, timeout=5) is JobStatus.COMPLETED
     assert time.monotonic() - started < 2.0  # far below the 30 s poll
+
+
+class _SleepCounter(threading.Event):
+    """The fetch loop's wake event, counting its sleeps on it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waits = 0
+        self.sleeping = False
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits += 1
+        self.sleeping = True
+        try:
+            return super().wait(timeout)
+        finally:
+            self.sleeping = False
+
+    def asleep_since(self, waits: int) -> bool:
+        """Asleep on the event, and gone to sleep more than ``waits`` times in all."""
+        return self.sleeping and self.waits > waits
+
+
+def test_a_notified_job_is_claimed_by_the_listen_thread_itself(
+        client: jobwarden.Client, start_worker: Callable[..., Worker]) -> None:
+    """No hand-off to the fetch thread between hearing of a job and claiming it
+    (issue 16: each hand-off is a scheduler wake-up on the enqueue-to-start path)."""
+    worker = start_worker(poll_interval=30)
+    assert worker.listening.wait(10), "the worker never started listening"
+    claimed_on: dict[int, str] = {}
+    claim = worker.db.jobs.claim
+
+    def recording_claim(**kwargs: Any) -> list[ClaimedJob]:
+        found = claim(**kwargs)
+        for job in found:
+            claimed_on[job.id] = threading.current_thread().name
+        return found
+
+    worker.db.jobs.claim = recording_claim  # type: ignore[method-assign]
+    sleeps = _SleepCounter()
+    previous, worker.claimer.wake_event = worker.claimer.wake_event, sleeps
+    previous.set()  # the fetch loop may be asleep on the old event: move it to the new one
+    jobs: list[int] = []
+    asleep = 0
+    for _ in range(3):
+        # The fetch loop asleep again (after its start-up claim, or after the claim
+        # an outcome's write wakes it for on a registered host): only the listen
+        # thread can claim the next job.
+        wait_for(functools.partial(sleeps.asleep_since, asleep), message="the fetch loop asleep")
+        asleep = sleeps.waits
+        jobs.append(client.enqueue(testjobs.Record).id)
+        assert _finished(client, jobs[-1], timeout=10) is JobStatus.COMPLETED
+    assert claimed_on == {job_id: "jobwarden-listen" for job_id in jobs}
 
 
 def test_the_worker_serves_metrics_and_probes(client: jobwarden.Client,

@@ -3,8 +3,11 @@
 The fetch thread claims batches of due jobs for the free slots (plus a
 prefetch, judged from recent job durations) and hands each claim to the slots
 (:mod:`jobwarden.worker.slots`). It sleeps on one wake event between claims;
-NOTIFYs (the ``listen`` thread), freed slots of a capped host and a stop set
-it. Polling every ``poll_interval`` is the truth; the wake-ups are speed only.
+freed slots of a capped host and a stop set it. The ``listen`` thread claims
+itself when a NOTIFY says a job was enqueued (one claim at a time: both
+threads go through :meth:`Claimer.claim_round`), so an idle worker's claim
+leaves from the thread that heard of the job. Polling every
+``poll_interval`` is the truth; the NOTIFYs are speed only.
 
 A claim whose reply was lost (the commit may have happened) is resolved by
 asking which rows carry the claim's batch id before claiming more, never by
@@ -17,6 +20,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 from jobwarden import errors
 from jobwarden.db.database import Database, channel_name
@@ -27,6 +31,9 @@ from jobwarden.worker.capacity import Capacity
 from jobwarden.worker.extensions import WorkerExtension
 
 logger = logging.getLogger("jobwarden.worker")
+
+#: What a claim round says to do next (see :meth:`Claimer.claim_round`).
+Round = Literal["more", "busy", "failed", "idle"]
 
 
 class Claimer:
@@ -56,6 +63,13 @@ class Claimer:
         self.wake_event = threading.Event()
         #: Set while the LISTEN connection is up (tests wait on it instead of sleeping).
         self.listening = threading.Event()
+        #: One claim at a time (the fetch and listen threads both claim).
+        self._claim_lock = threading.Lock()
+        #: The batch of a claim that failed with its outcome unknown (the commit may
+        #: have happened, the reply was lost): resolved by asking before claiming more.
+        self._unresolved: uuid.UUID | None = None
+        #: Claims failed in a row (the fetch loop's backoff).
+        self._failures = 0
 
     @property
     def stopping(self) -> bool:
@@ -67,53 +81,78 @@ class Claimer:
 
     def fetch_loop(self) -> None:
         """The ``fetch`` thread: claim for free slots until the worker stops."""
-        failures = 0
-        #: The batch of a claim that failed with its outcome unknown (the commit may
-        #: have happened, the reply was lost): resolved by asking before claiming more.
-        unresolved: uuid.UUID | None = None
         while not self.stopping:
-            target = self.settings.concurrency + self._prefetch()
+            outcome = self.claim_round()
+            if outcome == "more":
+                continue  # probably more due: claim again as soon as slots free up
+            if outcome == "busy":
+                self.capacity.wait_in_flight_below(self._target(), 0.5)
+            elif outcome == "failed":
+                # Resume promptly once the database is back.
+                self._stopping.wait(min(0.05 * 2 ** min(self._failures, 5), 1.0))
+            else:
+                self.wake_event.wait(self.settings.poll_interval)
+        with self._claim_lock:
+            if self._unresolved is not None:  # stopping: whatever it took is given back
+                try:
+                    self._resolve_claim(self._unresolved)
+                    self._unresolved = None
+                except errors.DatabaseUnavailable as exc:
+                    logger.warning("cannot tell what the last claim took (the reaper will): "
+                                   "%s", exc)
+
+    def claim_round(self) -> Round:
+        """Claim once for the free slots (one thread at a time); what to do next.
+
+        Called by the fetch loop and, on a NOTIFY, by the listen thread itself: the
+        claim goes out from the thread that heard of the job, without waking another
+        thread first (a hand-off costs a scheduler wake-up, milliseconds on a
+        loaded machine). ``"more"``: claim again at once; ``"busy"``: no free slot;
+        ``"failed"``: the database is unreachable; ``"idle"``: nothing more now.
+        """
+        with self._claim_lock:
+            if self.stopping:
+                return "idle"
+            target = self._target()
             in_flight = self.capacity.in_flight
             if in_flight >= target:
-                self.capacity.wait_in_flight_below(target, 0.5)
-                continue
+                return "busy"
             free = min(target - in_flight, self.capacity.free)
             # Cleared before the claim, not after: a NOTIFY that arrives while the
-            # claim is in flight must still wake the wait below.
+            # claim is in flight must still wake the fetch loop's wait.
             self.wake_event.clear()
             try:
-                if unresolved is not None:
-                    self._resolve_claim(unresolved)
-                    unresolved = None
-                    continue  # then claim as usual, at once
+                if self._unresolved is not None:
+                    self._resolve_claim(self._unresolved)
+                    self._unresolved = None
+                    return "more"  # then claim as usual, at once
                 limit = self._claim_gate(free)
-                batch = uuid.uuid4()
-                unresolved = batch if limit > 0 else None
-                claimed = self.db.jobs.claim(
-                    host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
-                    queues=self.settings.queues or None, host_cap=self.capped_claims,
-                    batch=batch,
-                ) if limit > 0 else []
-                unresolved = None
-                self._db_state(True)
-                failures = 0
+                claimed: list[ClaimedJob] = []
+                if limit > 0:
+                    batch = uuid.uuid4()
+                    self._unresolved = batch
+                    claimed = self.db.jobs.claim(
+                        host=self.host, limit=limit,
+                        grace_seconds=self.settings.heartbeat_grace,
+                        queues=self.settings.queues or None, host_cap=self.capped_claims,
+                        batch=batch,
+                    )
+                    self._unresolved = None
+                self._failures = 0
             except errors.DatabaseUnavailable as exc:
                 self._db_state(False)
-                failures += 1
+                self._failures += 1
                 logger.warning("claim failed: %s", exc)
-                self._stopping.wait(min(0.05 * 2 ** min(failures, 5), 1.0))  # resume promptly
-                continue
+                return "failed"
             for claim in claimed:
                 self._accept(claim)
-            if claimed and len(claimed) >= limit:
-                continue  # probably more due: claim again as soon as slots free up
-            self.wake_event.wait(self.settings.poll_interval)
-        if unresolved is not None:  # stopping: whatever it took is given back at once
-            try:
-                self._resolve_claim(unresolved)
-            except errors.DatabaseUnavailable as exc:
-                logger.warning("cannot tell what the last claim took (the reaper will): %s",
-                               exc)
+        # Outside the lock: the readiness bookkeeping is not the claim's business.
+        self._db_state(True)
+        return "more" if claimed and len(claimed) >= limit else "idle"
+
+    def _target(self) -> int:
+        """How many attempts to hold claimed: the slots plus the prefetch."""
+        return self.settings.concurrency + self._prefetch()
 
     def _resolve_claim(self, batch: uuid.UUID) -> None:
         """Accept the jobs a claim took although its reply was lost (given back if stopping).
@@ -165,7 +204,12 @@ class Claimer:
                 logger.exception("extension failed after outcomes were written")
 
     def listen_loop(self) -> None:
-        """The ``listen`` thread: a NOTIFY of an enqueue (or a sibling's freed slot) wakes."""
+        """The ``listen`` thread: a NOTIFY of an enqueue (or a sibling's freed slot) claims.
+
+        It claims itself (:meth:`claim_round`) rather than waking the fetch thread,
+        and hands over to it only what needs a loop: more to claim, no free slot, a
+        failed claim.
+        """
         # A capped host's processes also hear each other's freed slots (payload: host).
         topics = ("jobs", HOSTS_TOPIC) if self.capped_claims else ("jobs",)
         hosts_channel = channel_name(self.db.schema, HOSTS_TOPIC)
@@ -174,12 +218,17 @@ class Claimer:
             while not self.stopping:
                 try:
                     received = listener.wait(0.0 if not self.listening.is_set() else 1.0)
-                    self.listening.set()  # LISTEN is in place: NOTIFYs now wake the fetcher
-                    if any(channel != hosts_channel or payload == self.host
-                           for channel, payload in received):
-                        self.wake_event.set()
                 except errors.DatabaseUnavailable:
                     self.listening.clear()
                     self._stopping.wait(1.0)
+                    continue
+                except Exception:  # e.g. a pooler that refuses LISTEN: poll only
+                    self.listening.clear()
+                    logger.exception("listening for enqueues failed; polling only")
+                    return
+                self.listening.set()  # LISTEN is in place: NOTIFYs now claim
+                if any(channel != hosts_channel or payload == self.host
+                       for channel, payload in received) and self.claim_round() != "idle":
+                    self.wake_event.set()
         finally:
             listener.close()

@@ -1,9 +1,10 @@
 """The worker's named threads, and what happens when one dies.
 
-A critical thread (fetch, slots, recorder, heartbeat, maintain) that dies
-unexpectedly stops the process loudly (exit code 70) rather than leaving a
-half-alive worker that claims jobs it will never finish; a non-critical one
-(listen: speed only) is logged and the worker carries on polling.
+A critical thread (fetch, listen, slots, recorder, heartbeat, maintain) that
+dies unexpectedly stops the process loudly (exit code 70) rather than leaving a
+half-alive worker that claims jobs it will never finish (the listen thread
+claims too: see ``claiming.py``); a non-critical one is logged and the worker
+carries on.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ Threads (all started in :meth:`Worker.start`):
 ``recorder``   writes outcomes, batched and fenced (see ``recorder.py``).
 ``heartbeat``  heartbeats every claim this process holds and enforces deadlines.
 ``maintain``   periodic tasks: the reaper, and the extensions' tasks.
-``listen``     LISTEN for enqueue notifications (speed only; polling is the truth).
+``listen``     LISTEN for enqueue notifications and claim at once (speed only; polling is
+               the truth).
 
 Extensions (exclusive jobs, the host registry, the schedule runner, the tick
 route) change how the worker claims, runs, heartbeats and stops only through
@@ -178,7 +179,8 @@ class Worker:
         self._threads.spawn("recorder", self.recorder.run)
         self._threads.spawn("heartbeat", self._heartbeat_loop)
         self._threads.spawn("maintain", self._maintenance_loop)
-        self._threads.spawn("listen", self.claimer.listen_loop, critical=False)
+        # Critical: it claims (a listener that cannot connect only waits and retries).
+        self._threads.spawn("listen", self.claimer.listen_loop)
         if self.http is not None:
             self.http.start()
         logger.info("worker %s started: queues=%s concurrency=%d isolation=%s",
