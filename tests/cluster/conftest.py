@@ -61,13 +61,15 @@ def kube_tools_dir() -> Path:
 
 
 @contextlib.contextmanager
-def started_plane(kube_tools_dir: Path, workdir: Path) -> Iterator[ControlPlane]:
+def started_plane(kube_tools_dir: Path, workdir: Path, **options: Any
+                  ) -> Iterator[ControlPlane]:
     """A control plane started in ``workdir`` and stopped on exit (also when its start
     failed: the components that did start are ended, their logs kept in ``workdir``).
-    The test is skipped where openssl is missing to make the certificates."""
+    The test is skipped where openssl is missing to make the certificates. ``options``:
+    ControlPlane's (more controllers, controller-manager flags)."""
     if not pki.available():
         pytest.skip("real-cluster tier skipped: no openssl to make the certificates")
-    plane = ControlPlane(kube_tools_dir, workdir)
+    plane = ControlPlane(kube_tools_dir, workdir, **options)
     try:
         plane.start()
         yield plane
@@ -180,7 +182,8 @@ Helm = tools.Helm
 
 @contextlib.contextmanager
 def open_cluster(plane: ControlPlane, *, namespace: str, dsn: str, client: Client,
-                 workdir: Path, images: Images | None = None) -> Iterator[RealCluster]:
+                 workdir: Path, images: Images | None = None,
+                 **kubelet_options: Any) -> Iterator[RealCluster]:
     """A namespace on ``plane`` with its own Node and process kubelet, helm and kubectl.
 
     On exit: uninstall, delete the namespace while the kubelet still runs (the pods
@@ -195,7 +198,7 @@ def open_cluster(plane: ControlPlane, *, namespace: str, dsn: str, client: Clien
                              ca_file=plane.pki.ca_cert,
                              extra_env={"JOBWARDEN_TEST_AUDIT_DSN": dsn},
                              observe=host_observation(client), interval=0.2,
-                             images=images).start()
+                             images=images, **kubelet_options).start()
     assert plane.kubeconfig.exists()
     box = RealCluster(
         plane=plane, api=api, namespace=namespace,

@@ -36,6 +36,12 @@ CONTROLLERS = ",".join([
     "serviceaccount-token-controller", "root-ca-certificate-publisher-controller",
 ])
 ISSUER = "https://kubernetes.default.svc.cluster.local"
+#: What node loss needs besides: the node lifecycle controller (a node whose heartbeats
+#: stop becomes Unknown and gets the ``node.kubernetes.io/unreachable`` NoExecute taint),
+#: the taint eviction controller (deletes the pods that do not tolerate it, with a
+#: ``DisruptionTarget`` condition) and the pod garbage collector (pods of deleted nodes).
+NODE_LOSS_CONTROLLERS = ("node-lifecycle-controller", "taint-eviction-controller",
+                         "pod-garbage-collector-controller")
 
 
 def free_port() -> int:
@@ -83,9 +89,13 @@ def write_kubeconfig(path: Path, server: str, ca: Path, *, user: str,
 
 
 class ControlPlane:
-    def __init__(self, bin_dir: Path, workdir: Path) -> None:
+    def __init__(self, bin_dir: Path, workdir: Path, *, controllers: tuple[str, ...] = (),
+                 manager_args: tuple[str, ...] = ()) -> None:
         self.bin_dir = bin_dir
         self.workdir = workdir
+        #: Controllers besides CONTROLLERS, and extra controller-manager flags.
+        self.controllers = controllers
+        self.manager_args = manager_args
         self.components: list[Component] = []
         self.etcd_port = free_port()
         self.peer_port = free_port()
@@ -183,13 +193,14 @@ class ControlPlane:
             f"--authorization-kubeconfig={kcm_config}",
             "--bind-address=127.0.0.1", f"--secure-port={free_port()}",
             f"--cert-dir={self.workdir / 'kcm-certs'}",
-            f"--controllers={CONTROLLERS}",
+            f"--controllers={','.join([CONTROLLERS, *self.controllers])}",
             f"--service-account-private-key-file={keys.sa_key}",
             f"--root-ca-file={keys.ca_cert}",
             "--use-service-account-credentials=true",
             "--leader-elect=false",
             "--concurrent-deployment-syncs=2", "--concurrent-replicaset-syncs=2",
             "--concurrent-gc-syncs=4", "--concurrent-namespace-syncs=2",
+            *self.manager_args,
             "--v=1",
         ])
 

@@ -6,13 +6,21 @@ twice -- with the cause in the job's error and an Event on the resource."""
 
 from __future__ import annotations
 
+import contextlib
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from jobwarden.client import Client
 from jobwarden.structs.states import JobStatus
-from tests.cluster.conftest import RealCluster, secret
+from tests.cluster.api import ApiError
+from tests.cluster.conftest import RealCluster, open_cluster, secret, started_plane
+from tests.cluster.controlplane import NODE_LOSS_CONTROLLERS, ControlPlane
 from tests.conftest import audit_rows
+from tests.e2e.kubelet import ProcessKubelet
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
 
@@ -77,3 +85,97 @@ def test_a_pod_the_kubelet_evicts_for_its_local_storage_ends_by_the_dead_worker_
         assert evicted["status"]["reason"] == "Evicted"
         assert any(c["type"] == "DisruptionTarget" and c["reason"] == "TerminationByKubelet"
                    for c in evicted["status"]["conditions"])
+
+
+#: The node lifecycle controller's timings: a node whose heartbeats stopped 10 s ago is
+#: Unknown and tainted (checked every second). Its own control plane: the shared one runs
+#: no node lifecycle controller, because its other nodes do not heartbeat.
+NODE_LOSS_FLAGS = ("--node-monitor-grace-period=10s", "--node-monitor-period=1s",
+                   "--node-startup-grace-period=20s")
+BATCH_TAINT = {"key": "jobwarden.test/batch", "value": "true", "effect": "NoSchedule"}
+
+
+@pytest.fixture(scope="module")
+def lifecycle_plane(kube_tools_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                    ) -> Iterator[ControlPlane]:
+    with started_plane(kube_tools_dir, tmp_path_factory.mktemp("controlplane-nodes"),
+                       controllers=NODE_LOSS_CONTROLLERS, manager_args=NODE_LOSS_FLAGS) as plane:
+        yield plane
+
+
+def batch_node(cluster: RealCluster, name: str) -> ProcessKubelet:
+    """A node of the batch pool (label pool=batch, tainted): only run pods go there."""
+    assert cluster.plane.pki is not None
+    return ProcessKubelet(cluster.api, workdir=cluster.workdir / name,
+                          namespace=cluster.namespace, node=name, server=cluster.plane.server,
+                          ca_file=cluster.plane.pki.ca_cert,
+                          extra_env={"JOBWARDEN_TEST_AUDIT_DSN": cluster.dsn}, interval=0.2,
+                          labels={"pool": "batch"}, taints=[BATCH_TAINT], heartbeat=1.0).start()
+
+
+@pytest.mark.parametrize(("job", "after"), [
+    ("tests.support.podrunjobs:FirstSlow", JobStatus.COMPLETED),
+    ("tests.support.podrunjobs:FirstSlowOnce", JobStatus.INTERRUPTED),
+], ids=["idempotent-retried", "non-idempotent-interrupted"])
+def test_a_run_whose_node_is_lost_ends_by_the_dead_worker_rules(
+        lifecycle_plane: ControlPlane, dsn: str, client: Client, tmp_path: Path, job: str,
+        after: JobStatus) -> None:
+    """The operator's node heartbeats; the run pod goes to a batch node (nodeSelector and a
+    toleration of its taint) that dies mid-run: heartbeats stop, processes killed. The
+    node lifecycle controller marks it Unknown and taints it unreachable; the taint
+    eviction controller deletes the pod (tolerationSeconds 2) with a DisruptionTarget
+    condition; the operator judges node_lost. A replacement batch node takes the retry."""
+    namespace = f"t-{uuid.uuid4().hex[:10]}"
+    lost: ProcessKubelet | None = None
+    spare: ProcessKubelet | None = None
+    with open_cluster(lifecycle_plane, namespace=namespace, dsn=dsn, client=client,
+                      workdir=tmp_path, heartbeat=1.0) as cluster:
+        try:
+            cluster.install()
+            cluster.api.create(secret("db", namespace, dsn))
+            lost = batch_node(cluster, f"batch-a-{namespace}")
+            unreachable = [{"key": f"node.kubernetes.io/{key}", "operator": "Exists",
+                            "effect": "NoExecute", "tolerationSeconds": 2}
+                           for key in ("unreachable", "not-ready")]
+            cluster.kubectl.apply(exclusive(
+                "far", namespace, job=job, data={"seconds": 300},
+                nodeSelector={"pool": "batch"},
+                tolerations=[{"key": BATCH_TAINT["key"], "operator": "Exists",
+                              "effect": "NoSchedule"}, *unreachable]))
+            first = cluster.wait(lambda: (j := job_of(cluster, "far")) is not None
+                                 and any(r[0] == j.id for r in audit_rows(dsn, "start")) and j,
+                                 timeout=180, what="the job began in a pod on the batch node")
+            pod = f"far-j{first.id}-1"
+            assert (cluster.api.get("pods", pod, namespace) or {})["spec"]["nodeName"] \
+                == lost.node
+            lost.lose()
+            spare = batch_node(cluster, f"batch-b-{namespace}")
+            done = cluster.wait(lambda: (j := job_of(cluster, "far")) is not None
+                                and j.status is after and j, timeout=180,
+                                what=f"the job {after.value} after its node was lost")
+            attempts = cluster.client.attempts(done.id)
+            assert attempts[0].error is not None
+            assert attempts[0].error.startswith(f"pod node_lost: {pod}:"), attempts[0].error
+            starts = [r[1] for r in audit_rows(dsn, "start") if r[0] == done.id]
+            if after is JobStatus.COMPLETED:
+                assert done.attempts == 2 and starts == [1, 2]
+                assert cluster.api.get("pods", f"far-j{done.id}-2", namespace)["spec"][
+                    "nodeName"] == spare.node  # the retry ran on the replacement node
+            else:
+                assert done.attempts == 1 and starts == [1]  # never started again
+            cluster.wait(lambda: "PodNodeLost" in reasons(cluster, "far"), timeout=30,
+                         what="the operator's PodNodeLost event")
+            gone = cluster.api.get("pods", pod, namespace)
+            if gone is not None:  # Terminating on a node that will never confirm it
+                assert any(c["type"] == "DisruptionTarget"
+                           and c["reason"] == "DeletionByTaintManager"
+                           for c in gone["status"]["conditions"])
+            node = cluster.api.get("nodes", lost.node or "", None) or {}
+            assert any(t["key"] == "node.kubernetes.io/unreachable"
+                       for t in node.get("spec", {}).get("taints") or [])
+        finally:
+            for kubelet in (spare, lost):
+                if kubelet is not None:
+                    kubelet.stop()
+                    with contextlib.suppress(ApiError):
+                        cluster.api.delete("nodes", kubelet.node or "", None)

@@ -75,6 +75,11 @@ one over its ``sizeLimit`` (``du`` every pass)    manager does for a limit), pha
                                                  (``TerminationByKubelet``); Event ``Evicted``
 ===============================================  =============================================
 
+Several nodes (node mode): ``labels`` and ``taints`` are the Node's, and a pod is
+bound here only when its ``nodeSelector`` matches and it tolerates the taints;
+``heartbeat`` renews the node's Lease and Ready condition that often; ``lose()``
+is the node dying (heartbeats stop, processes SIGKILLed, nothing reported again).
+
 Retries of a pod that cannot start back off 1 s, doubling, capped at 10 s (a
 kubelet caps at 5 min). Memory is sampled, not enforced at allocation: a
 process may overshoot its limit for up to one pass before it is killed.
@@ -114,6 +119,17 @@ SCRUBBED = ("JOBWARDEN_", "KUBECONFIG", "KUBERNETES_", "POD_NAME", "PYTEST_")
 IMAGE_REPO = "/opt/jobwarden-tests"
 #: Where a pod finds its ServiceAccount token (the projected kube-api-access volume).
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def _tolerates(toleration: dict[str, Any], taint: dict[str, str]) -> bool:
+    """Does ``toleration`` tolerate ``taint`` (core/v1 semantics: Exists or Equal)?"""
+    if toleration.get("effect") and toleration.get("effect") != taint.get("effect"):
+        return False
+    if toleration.get("key") and toleration.get("key") != taint.get("key"):
+        return False
+    if toleration.get("operator", "Equal") == "Exists":
+        return True
+    return bool(toleration.get("value", "") == taint.get("value", ""))
 
 
 def free_port() -> int:
@@ -250,7 +266,10 @@ class ProcessKubelet:
                  extra_env: dict[str, str] | None = None,
                  observe: Callable[[str], Any] | None = None, interval: float = 0.15,
                  node: str | None = None, server: str | None = None,
-                 ca_file: Path | None = None, images: rt.Images | None = None) -> None:
+                 ca_file: Path | None = None, images: rt.Images | None = None,
+                 labels: dict[str, str] | None = None,
+                 taints: list[dict[str, str]] | None = None,
+                 heartbeat: float | None = None) -> None:
         self.api = api
         self.workdir = workdir
         #: None: every namespace (node mode).
@@ -262,6 +281,16 @@ class ProcessKubelet:
         self.server = server
         self.ca_file = ca_file
         self.images = images or rt.Images()
+        #: Node mode: the Node's own labels and taints; a pod is bound here only when its
+        #: nodeSelector matches the labels and it tolerates the taints (a scheduler's two
+        #: filters), so several nodes can share a namespace without racing for its pods.
+        self.labels = dict(labels or {})
+        self.taints = list(taints or [])
+        #: Node mode: renew the node's Lease (kube-node-lease) and its Ready condition's
+        #: ``lastHeartbeatTime`` this often, as a kubelet does; None: register only.
+        self.heartbeat = heartbeat
+        self._beating = threading.Event()
+        self._beat_thread: threading.Thread | None = None
         self.pods: dict[str, PodProcess] = {}
         self.deletions: list[Deletion] = []
         self.errors: list[str] = []
@@ -278,12 +307,37 @@ class ProcessKubelet:
             self._register_node()
         self._thread = threading.Thread(target=self._run, name="process-kubelet", daemon=True)
         self._thread.start()
+        if self.node is not None and self.heartbeat is not None:
+            self._beating.set()
+            self._beat_thread = threading.Thread(target=self._beat, name="node-heartbeat",
+                                                 daemon=True)
+            self._beat_thread.start()
         return self
+
+    def lose(self) -> None:
+        """The node dies: its heartbeats stop, its kubelet stops talking to the API server,
+        and its processes are killed (SIGKILL) -- nothing reports anything any more. What
+        the control plane makes of it is its own (the node lifecycle controller marks the
+        Node Unknown and taints it; the pods' tolerations decide when they are deleted)."""
+        self._beating.clear()
+        self._stop.set()
+        for thread in (self._beat_thread, self._thread):
+            if thread is not None:
+                thread.join(timeout=30)
+        with self._lock:
+            procs = [p for p in self.pods.values() if p.proc.poll() is None]
+        for pod in procs:
+            with contextlib.suppress(ProcessLookupError):
+                pod.proc.kill()
+            pod.killed = True
+            pod.proc.wait(timeout=10)
 
     def stop(self, *, grace: float = 5.0) -> None:
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._beating.clear()
+        for thread in (self._thread, self._beat_thread):
+            if thread is not None:
+                thread.join(timeout=30)
         with self._lock:
             procs = [p for p in self.pods.values() if p.proc.poll() is None]
         for pod in procs:
@@ -327,7 +381,8 @@ class ProcessKubelet:
             self.api.create({"apiVersion": "v1", "kind": "Node", "metadata": {
                 "name": self.node,
                 "labels": {"kubernetes.io/hostname": self.node, "kubernetes.io/os": "linux",
-                           "kubernetes.io/arch": "amd64"}}})
+                           "kubernetes.io/arch": "amd64", **self.labels}},
+                **({"spec": {"taints": self.taints}} if self.taints else {})})
         stamp = now_rfc3339()
         capacity = {"cpu": "16", "memory": "64Gi", "pods": "250", "ephemeral-storage": "100Gi"}
         self.api.patch("nodes", self.node, {"status": {
@@ -342,6 +397,49 @@ class ProcessKubelet:
                          "containerRuntimeVersion": "process://1", "kernelVersion": "",
                          "osImage": "process kubelet", "machineID": "", "systemUUID": "",
                          "bootID": ""}}}, None, subresource="status")
+
+    def _beat(self) -> None:
+        """The node's heartbeats: its Lease renewed, its Ready condition re-posted."""
+        assert self.node is not None and self.heartbeat is not None
+        while self._beating.is_set() and not self._stop.is_set():
+            try:
+                self._renew_lease()
+                stamp = now_rfc3339()
+                self.api.patch("nodes", self.node, {"status": {"conditions": [
+                    {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                     "message": "process kubelet is posting ready status",
+                     "lastHeartbeatTime": stamp}]}}, None, subresource="status")
+            except Exception as exc:  # a missed beat is what the control plane judges
+                logger.warning("node %s: heartbeat failed: %s", self.node, exc)
+            self._stop.wait(self.heartbeat)
+
+    def _renew_lease(self) -> None:
+        assert self.node is not None
+        now = time.time()
+        renew = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + \
+            f".{int(now % 1 * 1e6):06d}Z"
+        spec = {"holderIdentity": self.node, "leaseDurationSeconds": 40, "renewTime": renew}
+        if self.api.get("leases", self.node, "kube-node-lease") is None:
+            self.api.create({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                             "metadata": {"name": self.node, "namespace": "kube-node-lease"},
+                             "spec": spec}, "kube-node-lease")
+        else:
+            self.api.patch("leases", self.node, {"spec": spec}, "kube-node-lease")
+
+    def _fits(self, pod: dict[str, Any]) -> bool:
+        """The scheduler's node filters this node applies: nodeSelector and taints."""
+        spec = pod.get("spec") or {}
+        selector = spec.get("nodeSelector") or {}
+        labels = {"kubernetes.io/hostname": self.node or "", **self.labels}
+        if any(labels.get(k) != v for k, v in selector.items()):
+            return False
+        tolerations = spec.get("tolerations") or []
+        for taint in self.taints:
+            if taint.get("effect") not in ("NoSchedule", "NoExecute"):
+                continue
+            if not any(_tolerates(t, taint) for t in tolerations):
+                return False
+        return True
 
     def _bind(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -368,7 +466,8 @@ class ProcessKubelet:
             return True
         bound = (pod.get("spec") or {}).get("nodeName")
         if not bound and not pod["metadata"].get("deletionTimestamp"):
-            self._bind(pod)
+            if self._fits(pod):
+                self._bind(pod)
             return False  # taken on the next pass, bound
         return bool(bound == self.node)
 

@@ -71,3 +71,25 @@ class FillerOnce(Filler):
     """A non-idempotent Filler: evicted mid-run it must end interrupted, never run again."""
 
     idempotent = False
+
+
+class FirstSlow(jobwarden.Job):
+    """Its first attempt takes ``seconds`` (long enough to lose its node under it); a
+    retry completes at once."""
+
+    timeout = 300
+
+    def perform(self, data: Any) -> str:
+        audit(self, "start")
+        if self.attempt == 1:
+            deadline = time.monotonic() + float(data.get("seconds", 120))
+            while time.monotonic() < deadline:
+                time.sleep(0.05)
+        audit(self, "end")
+        return "done"
+
+
+class FirstSlowOnce(FirstSlow):
+    """A non-idempotent FirstSlow: its node lost mid-run it ends interrupted."""
+
+    idempotent = False
