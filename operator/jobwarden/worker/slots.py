@@ -64,12 +64,13 @@ class Slots:
         self.capacity.take(1)
         with self._active_lock:
             self._active[claim.id] = attempt
-        metrics.JOB_QUEUE_WAIT.labels(claim.queue).observe(claim.queue_wait_seconds)
-        metrics.prime_job(claim.queue, claim.job_class)
+        metrics.prime_job(claim.queue, claim.job_class)  # before any event of the job
         if self._stopping.is_set():
             self._give_back(attempt)
         else:
             self._ready.put(attempt)
+        # After the hand-off: the slot thread wakes meanwhile (enqueue-to-start path).
+        metrics.JOB_QUEUE_WAIT.labels(claim.queue).observe(claim.queue_wait_seconds)
 
     def _give_back(self, attempt: Attempt) -> None:
         self.runner.submit(attempt, Released(delay_seconds=0.0, deferral=False,
