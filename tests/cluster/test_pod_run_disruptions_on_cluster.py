@@ -87,6 +87,48 @@ def test_a_pod_the_kubelet_evicts_for_its_local_storage_ends_by_the_dead_worker_
                    for c in evicted["status"]["conditions"])
 
 
+@pytest.mark.parametrize(("job", "seconds", "after"), [
+    ("tests.support.testjobs:Sleepy", 4, JobStatus.COMPLETED),
+    ("tests.support.podrunjobs:FirstSlowOnce", 300, JobStatus.INTERRUPTED),
+], ids=["finishes-within-its-grace", "non-idempotent-stopped-interrupted"])
+def test_a_run_pod_evicted_through_the_eviction_api_keeps_what_its_process_recorded(
+        realkube: RealCluster, job: str, seconds: int, after: JobStatus) -> None:
+    """The Eviction API (policy/v1) on the real API server: the pod gets a DisruptionTarget
+    condition and a graceful deletion, its process SIGTERM. run-job may finish the job
+    within its stop grace (recorded completed, not overwritten by the operator) or records
+    the stop itself (non-idempotent: interrupted); the operator posts PodEvicted either way."""
+    realkube.install()
+    namespace = realkube.namespace
+    realkube.api.create(secret("db", namespace, realkube.dsn))
+    grace = "15" if after is JobStatus.COMPLETED else "2"
+    realkube.kubectl.apply(exclusive("evictee", namespace, job=job, data={"seconds": seconds},
+                                     container={"env": [
+                                         {"name": "JOBWARDEN_STOP_GRACE", "value": grace},
+                                         {"name": "JOBWARDEN_HEARTBEAT_INTERVAL",
+                                          "value": "0.5"}]},
+                                     terminationGracePeriodSeconds=30))
+    first = realkube.wait(lambda: (j := job_of(realkube, "evictee")) is not None
+                          and any(r[0] == j.id for r in audit_rows(realkube.dsn, "start"))
+                          and j, timeout=180, what="the job began in its pod")
+    pod = f"evictee-j{first.id}-1"
+    realkube.api.post("pods", pod, {"apiVersion": "policy/v1", "kind": "Eviction",
+                                    "metadata": {"name": pod, "namespace": namespace}},
+                      namespace, subresource="eviction")
+    done = realkube.wait(lambda: (j := job_of(realkube, "evictee")) is not None
+                         and j.status is after and j, timeout=120,
+                         what=f"the evicted run's job {after.value}")
+    starts = [r[1] for r in audit_rows(realkube.dsn, "start") if r[0] == done.id]
+    assert done.attempts == 1 and starts == [1]  # one run, never started again
+    if after is JobStatus.COMPLETED:
+        assert [r[0] for r in audit_rows(realkube.dsn, "end")].count(done.id) == 1
+    else:
+        (attempt,) = realkube.client.attempts(done.id)
+        assert attempt.error is not None and "SIGTERM" in attempt.error, attempt.error
+    realkube.wait(lambda: "PodEvicted" in reasons(realkube, "evictee"), timeout=60,
+                  what="the operator's PodEvicted event")
+    assert realkube.api.get("pods", pod, namespace) is None  # the eviction deleted it
+
+
 #: The node lifecycle controller's timings: a node whose heartbeats stopped 10 s ago is
 #: Unknown and tainted (checked every second). Its own control plane: the shared one runs
 #: no node lifecycle controller, because its other nodes do not heartbeat.

@@ -98,10 +98,15 @@ def test_an_evicted_pod_is_evicted() -> None:
                                  message="The node was low on resource: memory."),
                              age=1, deadline=DEADLINE)
     assert verdict.cause == "evicted" and "low on resource" in verdict.message
-    api = podfates.judge(pod("Running", containers=[RUNNING], conditions=[
-        {"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-         "message": "Eviction API: evicting"}]), age=1, deadline=DEADLINE)
-    assert api.cause == "evicted"
+    condition = {"type": "DisruptionTarget", "status": "True",
+                 "reason": "EvictionByEvictionAPI", "message": "Eviction API: evicting"}
+    evicting = pod("Running", containers=[RUNNING], conditions=[condition])
+    # Still running its grace period: its process may record the outcome; judged at the end.
+    assert podfates.judge(evicting, age=1, deadline=DEADLINE) == podfates.PENDING
+    ended = pod("Failed", containers=[terminated("Error", 143)], conditions=[condition])
+    assert podfates.judge(ended, age=1, deadline=DEADLINE).cause == "evicted"
+    gone = podfates.judge(evicting, age=1, deadline=DEADLINE, deleted=True)
+    assert gone.cause == "evicted" and "Eviction API" in gone.message
 
 
 def test_a_pod_whose_node_is_gone_is_node_lost() -> None:

@@ -12,8 +12,11 @@ fenced on the claim token, so a verdict on a pod whose process did record its
 outcome changes nothing.
 
 A verdict is only reached from facts that cannot change back: a terminated
-container, a pod phase of Failed/Succeeded, a deletion, or "not running at the
-start deadline" (that pod is then deleted, so it cannot start late).
+container, a pod phase of Failed/Succeeded, a deletion, a lost node, or "not
+running at the start deadline" (that pod is then deleted, so it cannot start
+late). A pod being evicted with a grace period is judged when it has ended, not
+when the eviction began: its process may still finish the job within the grace,
+and that outcome must not be overwritten.
 """
 
 from __future__ import annotations
@@ -162,6 +165,14 @@ def judge(pod: Mapping[str, Any] | None, *, age: float, deadline: float,
                                          f"(exit code {ended.get('exitCode')})")
         disrupted = _disruption(pod)
         if disrupted is not None:
+            phase = (pod.get("status") or {}).get("phase")
+            if ended is None and not deleted and disrupted[0] != "node_lost" \
+                    and phase not in ("Failed", "Succeeded"):
+                # Evicted with a grace period (the Eviction API, preemption, a kubelet's
+                # soft eviction): the process got SIGTERM and may still finish and record
+                # its outcome; judged once its container ended or the pod is gone. A lost
+                # node reports nothing more: judged at once.
+                return PENDING
             return Verdict(disrupted[0], disrupted[1])
         if ended is not None:
             stopped = STOP_CAUSES.get(str(stop_reason))

@@ -81,6 +81,8 @@ REAP_MARGIN = 30.0
 FORCE_AFTER = 10.0
 #: One LIST of a resource's pods this often corrects the watch-fed cache (seconds).
 POD_LIST_SECONDS = 300.0
+#: Causes worth an Event even when the job recorded its own outcome first (on SIGTERM).
+NOTED_WHEN_RECORDED = ("evicted", "node_lost")
 #: ``status.activePods`` lists at most this many.
 ACTIVE_SHOWN = 10
 FINISHED = ("Succeeded", "Failed")
@@ -456,6 +458,11 @@ class PodRuns:
         if after is None:
             logger.debug("%s: pod %s ended (%s) after job %d recorded its outcome",
                         owner.pod_run, pod, cause, job_id)
+            if cause in NOTED_WHEN_RECORDED:
+                # An eviction's SIGTERM let run-job record the run's end itself (its error
+                # says SIGTERM); the Event still names why the pod went.
+                self._event(owner, "Warning", podfates.EVENT_REASONS[cause],
+                            f"pod {pod}: {message}; job {job_id} had recorded its outcome")
             return
         metrics.POD_RUN_FAILURES.labels(owner.kind, cause).inc()
         logger.warning("%s: pod %s: %s: %s; job %d is now %s", owner.pod_run, pod, cause,
