@@ -77,7 +77,13 @@ class _Client:
 
 class JobwardenSystem:
     name = "jobwarden"
-    supports_leases = hasattr(jobwarden.Client, "lease")
+
+    @property
+    def supports_leases(self) -> bool:
+        # A property, not a class attribute: the worker child (whose idle RSS is measured)
+        # then never imports the client, as a worker process of an application that only
+        # defines jobs would not.
+        return hasattr(jobwarden.Client, "lease")
     event_loop: Literal["asyncio", "uvloop"] = "asyncio"
 
     def describe(self) -> dict[str, str]:

@@ -4,31 +4,78 @@ The public API is what this module exports; everything else is importable but
 not promised to stay where it is.
 """
 
-from jobwarden.asyncclient import AsyncClient
-from jobwarden.client import Client
-from jobwarden.definitions import Job, job
-from jobwarden.errors import (
-    BadJobData,
-    ConfigurationError,
-    DatabaseUnavailable,
-    InvalidInput,
-    InvalidJobData,
-    InvalidPayload,
-    JobCancelled,
-    JobFailed,
-    JobFenced,
-    JobNotFound,
-    JobTimeout,
-    JobwardenError,
-    SchemaMissing,
-    UnknownJob,
-    UnsupportedConnection,
-    WaitTimeout,
-)
-from jobwarden.leases import Lease, LeaseBusy, LeaseEvent, LeaseLost, LeaseNotReleased, literal
-from jobwarden.schedules.errors import ScheduleError
-from jobwarden.schedules.registry import schedule
-from jobwarden.structs.states import JobStatus
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jobwarden.asyncclient import AsyncClient
+    from jobwarden.client import Client
+    from jobwarden.definitions import Job, job
+    from jobwarden.errors import (
+        BadJobData,
+        ConfigurationError,
+        DatabaseUnavailable,
+        InvalidInput,
+        InvalidJobData,
+        InvalidPayload,
+        JobCancelled,
+        JobFailed,
+        JobFenced,
+        JobNotFound,
+        JobTimeout,
+        JobwardenError,
+        SchemaMissing,
+        UnknownJob,
+        UnsupportedConnection,
+        WaitTimeout,
+    )
+    from jobwarden.leases import (
+        Lease,
+        LeaseBusy,
+        LeaseEvent,
+        LeaseLost,
+        LeaseNotReleased,
+        literal,
+    )
+    from jobwarden.schedules.errors import ScheduleError
+    from jobwarden.schedules.registry import schedule
+    from jobwarden.structs.states import JobStatus
+
+#: Where each public name lives. Imported on first access (PEP 562), not with the
+#: package: ``import jobwarden.worker...`` (or any submodule) runs this file first,
+#: and a worker process should not load the client, the asyncio client and the
+#: schedule store just because its job module says ``@jobwarden.job`` (``import
+#: jobwarden`` then costs what ``jobwarden.definitions`` costs; docs/benchmarks.md,
+#: "Idle worker RSS").
+_WHERE = {
+    "AsyncClient": "jobwarden.asyncclient", "Client": "jobwarden.client",
+    "Job": "jobwarden.definitions", "job": "jobwarden.definitions",
+    **dict.fromkeys((
+        "BadJobData", "ConfigurationError", "DatabaseUnavailable", "InvalidInput",
+        "InvalidJobData", "InvalidPayload", "JobCancelled", "JobFailed", "JobFenced",
+        "JobNotFound", "JobTimeout", "JobwardenError", "SchemaMissing", "UnknownJob",
+        "UnsupportedConnection", "WaitTimeout"), "jobwarden.errors"),
+    **dict.fromkeys(("Lease", "LeaseBusy", "LeaseEvent", "LeaseLost", "LeaseNotReleased",
+                     "literal"), "jobwarden.leases"),
+    "ScheduleError": "jobwarden.schedules.errors", "schedule": "jobwarden.schedules.registry",
+    "JobStatus": "jobwarden.structs.states",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jobwarden' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # once: later lookups are plain attribute reads
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
 
 __all__ = [
     "AsyncClient",

@@ -25,20 +25,25 @@ dev`` in-process) each get their own extensions.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from jobwarden import attempt_tracing, tracing
-from jobwarden.db.database import Database
+from jobwarden import tracing
 from jobwarden.exclusive import ExclusiveJobs
-from jobwarden.gauge_extension import GaugeExtension
 from jobwarden.membership import HostMembership
-from jobwarden.podruns.leasing import PodRunLease
-from jobwarden.podruns.runjob import PodRunWorker
 from jobwarden.schedules.service import ScheduleExtension
 from jobwarden.settings import WorkerSettings
-from jobwarden.tick import SchedulePass, Ticker, TickExtension
 from jobwarden.upkeep import RetentionExtension
 from jobwarden.worker.extensions import WorkerExtension
 from jobwarden.worker.worker import ExtensionFactory, Worker
+
+# The parts only some workers use are imported where they are added (the tick route
+# and the gauge exporter with http_port; tracing where OpenTelemetry is installed;
+# the pod-run worker for `run-job`): a worker carries only the modules it runs
+# (docs/benchmarks.md, "Idle worker RSS").
+if TYPE_CHECKING:
+    from jobwarden.db.database import Database
+    from jobwarden.podruns.runjob import PodRunWorker
+    from jobwarden.tick import SchedulePass, Ticker
 
 __all__ = ["build_pod_run_worker", "build_ticker", "build_worker"]
 
@@ -72,18 +77,25 @@ def build_worker(db: Database, settings: WorkerSettings, *,
     factories: list[ExtensionFactory] = [ExclusiveJobs.for_worker, HostMembership,
                                          schedules.build]
     if settings.http_port is not None:
+        from jobwarden.gauge_extension import GaugeExtension
+        from jobwarden.tick import TickExtension
+
         factories.append(lambda worker: TickExtension(worker,
                                                       run_schedules=schedules.tick_pass))
         if settings.gauge_interval > 0:
             factories.append(GaugeExtension)
     factories.append(RetentionExtension)
     if tracing.enabled():  # outermost: the attempt's span covers lease waits too
+        from jobwarden import attempt_tracing
+
         factories.insert(0, attempt_tracing.TracingExtension)
     return Worker(db, settings, extensions=[*factories, *extra])
 
 
 def build_ticker(db: Database, settings: WorkerSettings) -> Ticker:
     """``jobwarden tick``: a worker that is never started, and a ticker driving it."""
+    from jobwarden.tick import Ticker
+
     schedules = _Schedules(None)
     worker = Worker(db, settings, extensions=[ExclusiveJobs.for_worker, HostMembership,
                                               schedules.build])
@@ -98,7 +110,12 @@ def build_pod_run_worker(db: Database, settings: WorkerSettings, *,
     (``lease_token``); no host registry (a pod run's pod is not a pool host: no
     cap, no drain), no schedule runner, no routes. Tracing as for any worker.
     """
+    from jobwarden.podruns.leasing import PodRunLease
+    from jobwarden.podruns.runjob import PodRunWorker
+
     factories: list[ExtensionFactory] = [PodRunLease.factory(lease_token)]
     if tracing.enabled():
+        from jobwarden import attempt_tracing
+
         factories.insert(0, attempt_tracing.TracingExtension)
     return PodRunWorker(db, settings, extensions=factories)

@@ -7,9 +7,9 @@ client, and through it the operator, imports nothing of the worker.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from jobwarden.tracing import TRACER_NAME
+from jobwarden import tracing
 from jobwarden.worker.context import Cancelled, Failed, Released, Succeeded
 from jobwarden.worker.extensions import CallNext, Extension
 
@@ -18,12 +18,6 @@ if TYPE_CHECKING:
     from jobwarden.worker.context import Attempt, AttemptContext, Outcome
 
 __all__ = ["TracingExtension"]
-
-try:
-    from opentelemetry import context as otel_context
-    from opentelemetry import propagate, trace
-except ImportError:  # the extra is not installed: the composition root never builds this
-    trace = None  # type: ignore[assignment]
 
 
 def _outcome_name(outcome: Outcome) -> str:
@@ -41,11 +35,16 @@ class TracingExtension(Extension):
     """Wraps each attempt in a CONSUMER span, a child of the job's enqueue span."""
 
     def __init__(self, worker: object = None) -> None:
-        assert trace is not None, "TracingExtension needs opentelemetry-api"
-        self._tracer = trace.get_tracer(TRACER_NAME)
+        assert tracing.enabled(), "TracingExtension needs opentelemetry-api"
+        self._tracer: Any = None
 
     def around_attempt(self, attempt: Attempt, job_class: type[Job], context: AttemptContext,
                        call_next: CallNext) -> Outcome:
+        # The API is imported by the first attempt, not by the worker's start (an idle
+        # worker does not carry it); the tracer is OpenTelemetry's own cached proxy.
+        trace, propagate, otel_context = tracing.api()
+        if self._tracer is None:
+            self._tracer = trace.get_tracer(tracing.TRACER_NAME)
         claim = attempt.claim
         parent = None
         if claim.trace_context:

@@ -11,14 +11,11 @@ so it runs on its own thread and never touches the job slots.
 
 from __future__ import annotations
 
-import http.server
 import json
 import logging
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
-
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from jobwarden import metrics
 
@@ -32,6 +29,13 @@ class HealthServer:
     def __init__(self, *, host: str, port: int, ready: Callable[[], tuple[bool, str]],
                  healthy: Callable[[], tuple[bool, str]],
                  routes: Mapping[str, Handler] | None = None) -> None:
+        # Imported here, not with the module: a worker without http_port never builds a
+        # server, and http.server (with email, mimetypes, socketserver) and
+        # prometheus_client's exposition are 1-3 MiB of an idle worker's memory.
+        import http.server
+
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
         self.routes: dict[str, Handler] = dict(routes or {})
         server = self
 

@@ -13,29 +13,48 @@ application configured (none: OpenTelemetry's no-op).
 from __future__ import annotations
 
 import dataclasses
+import functools
+import importlib.util
 import json
 from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 from jobwarden.structs.jobs import EnqueueResult, JobBatch, JobSpec
 
-try:
-    from opentelemetry import propagate, trace
-except ImportError:  # the extra is not installed: tracing is off, at no cost
-    trace = None  # type: ignore[assignment]
-
 TRACER_NAME = "jobwarden"
+
+#: Whether the OpenTelemetry API is installed, found without importing it: the API
+#: and its context machinery are 0.5-1 MiB of a process's memory, loaded by the first
+#: span (:func:`api`), so a worker that has run nothing yet has not paid for them.
+def _installed() -> bool:
+    try:
+        return importlib.util.find_spec("opentelemetry.trace") is not None
+    except ImportError:  # no "opentelemetry" package at all (or one blocked)
+        return False
+
+
+_INSTALLED = _installed()
 
 
 def enabled() -> bool:
-    return trace is not None
+    return _INSTALLED
+
+
+@functools.cache
+def api() -> tuple[ModuleType, ModuleType, ModuleType]:
+    """OpenTelemetry's ``trace``, ``propagate`` and ``context`` modules, imported on first
+    use (only where :func:`enabled`)."""
+    from opentelemetry import context, propagate, trace
+
+    return trace, propagate, context
 
 
 class EnqueueSpan:
     """One enqueue call's span (a batch is one span); ended with the ids or the error."""
 
     def __init__(self, *, job_class: str, queue: str, size: int) -> None:
-        assert trace is not None
+        trace, propagate, _ = api()
         attributes: dict[str, Any] = {
             "messaging.system": "jobwarden", "messaging.operation": "publish",
             "jobwarden.job.class": job_class, "jobwarden.job.queue": queue,
@@ -72,20 +91,20 @@ class EnqueueSpan:
 
     def failed(self, exc: BaseException) -> None:
         self.span.record_exception(exc)
-        self.span.set_status(trace.StatusCode.ERROR, str(exc))
+        self.span.set_status(api()[0].StatusCode.ERROR, str(exc))
         self.span.end()
 
 
 def enqueue_span(specs: Sequence[JobSpec]) -> EnqueueSpan | None:
     """A started span for this enqueue, or None (tracing off, or nothing to enqueue)."""
-    if trace is None or not specs:
+    if not _INSTALLED or not specs:
         return None
     return EnqueueSpan(job_class=specs[0].job_class, queue=specs[0].queue, size=len(specs))
 
 
 def batch_span(batch: JobBatch) -> EnqueueSpan | None:
     """As :func:`enqueue_span`, for the rows of one ``enqueue_many`` call."""
-    if trace is None or not len(batch):
+    if not _INSTALLED or not len(batch):
         return None
     return EnqueueSpan(job_class=batch.shared.job_class, queue=batch.shared.queue,
                        size=len(batch))

@@ -94,7 +94,7 @@ def test_a_batch_is_one_span_and_every_row_carries_its_context(
 
 def test_without_opentelemetry_nothing_is_traced_or_stored(
         client: jobwarden.Client, monkeypatch: pytest.MonkeyPatch, dsn: str) -> None:
-    monkeypatch.setattr(tracing, "trace", None)
+    monkeypatch.setattr(tracing, "_INSTALLED", False)
     assert tracing.enqueue_span([]) is None
     enqueued = client.enqueue(testjobs.Record, None)
     assert stored_context(dsn, enqueued.id) is None
@@ -138,7 +138,7 @@ def test_jobs_show_and_the_console_show_the_stored_trace_context(
 
 def test_a_job_without_a_trace_context_shows_none(client: jobwarden.Client,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tracing, "trace", None)
+    monkeypatch.setattr(tracing, "_INSTALLED", False)
     record = client.job(client.enqueue(testjobs.Record, None).id)
     assert record.trace_context is None and record.trace_id is None
     assert "trace_id" not in record.as_json()

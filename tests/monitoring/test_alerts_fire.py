@@ -18,10 +18,9 @@ from typing import Any
 import psycopg
 import pytest
 from prometheus_client import start_http_server
-from prometheus_client.metrics import MetricWrapperBase
 
 import jobwarden
-from jobwarden import metrics, reaper
+from jobwarden import meters, metrics, reaper
 from jobwarden.db.database import Database
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
@@ -63,7 +62,7 @@ def _as_a_fresh_process() -> None:
     again, as at import; the worker this test starts primes its job classes.
     """
     for value in vars(metrics).values():
-        if isinstance(value, MetricWrapperBase) and value._labelnames:
+        if isinstance(value, meters.Family) and value._labelnames:
             value.clear()
     with metrics._primed_lock:
         metrics._primed.clear()

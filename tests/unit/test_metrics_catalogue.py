@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 
-from prometheus_client import Counter, Gauge, Histogram
-
-from jobwarden import metrics
+from jobwarden import meters, metrics
 
 _ROW = re.compile(r"^(jobwarden_\w+)\s+(counter|gauge|histogram)\s+(.+?)\s*$", re.MULTILINE)
 _INLINE = re.compile(r"``(jobwarden_\w+)\{([^}]*)\}``")
@@ -31,10 +29,10 @@ def _documented() -> dict[str, tuple[str | None, tuple[str, ...]]]:
 def _registered() -> dict[str, tuple[str, tuple[str, ...]]]:
     found: dict[str, tuple[str, tuple[str, ...]]] = {}
     for value in vars(metrics).values():
-        if isinstance(value, (Counter, Gauge, Histogram)):
-            kind = value._type  # type: ignore[attr-defined]
-            name = value._name + ("_total" if kind == "counter" else "")  # type: ignore[attr-defined]
-            found[name] = (kind, tuple(value._labelnames))  # type: ignore[attr-defined]
+        if isinstance(value, meters.Family):
+            kind = value._type
+            name = value._name + ("_total" if kind == "counter" else "")
+            found[name] = (kind, tuple(value._labelnames))
         elif isinstance(value, metrics._DatabaseCounter):
             found[f"{value.name}_total"] = ("counter", value.labels)
     return found
