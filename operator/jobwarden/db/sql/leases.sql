@@ -4,48 +4,15 @@
 -- neither renew nor release its successor's lease.
 
 -- name: lease_acquire
--- Take a plain lease (slot 0, or any one slot by number) in ONE statement:
--- insert the row, or take over a row that is free or whose holder's time ran out.
--- ON CONFLICT DO UPDATE locks the existing row and re-checks the WHERE against
--- its latest committed version, so of any number of concurrent callers exactly
--- one gets it. The token is drawn with nextval() inside that row lock, after the
--- previous holder's statement committed, so it is larger than every token this
--- (name, slot) handed out before. (The VALUES nextval is only kept when the row
--- is new; a busy or taken-over row burns it, which is harmless.)
--- When job_id/claim_token are given the lease is also recorded on the job row
--- fenced like every write after a claim (a data-modifying CTE always runs to
--- completion, referenced or not). When busy, the second branch reports
--- the holder; it reads the statement's snapshot, so a row inserted concurrently
--- may be missing from it (the caller then reads it afresh).
-WITH acquired AS (
-    INSERT INTO {schema}.leases AS l (name, slot, owner, holder_host, token, acquired_at,
-                                      expires_at, released_at)
-    VALUES (%(name)s, %(slot)s, %(owner)s, %(host)s, nextval('{schema}.lease_tokens'), now(),
-            now() + make_interval(secs => %(ttl)s), NULL)
-    ON CONFLICT (name, slot) DO UPDATE
-    SET owner = EXCLUDED.owner, holder_host = EXCLUDED.holder_host,
-        token = nextval('{schema}.lease_tokens'), acquired_at = now(),
-        expires_at = EXCLUDED.expires_at, released_at = NULL
-    WHERE l.owner IS NULL OR l.expires_at <= now()
-    RETURNING l.slot, l.token, l.expires_at
-),
-attached AS (
-    -- Busy or not: a deferred job keeps the name of the lease it waits for, so the
-    -- release of that lease can hand it over (lease_release, wake_jobs).
-    UPDATE {schema}.jobs AS j
-    SET lease_name = %(name)s, lease_token = (SELECT token FROM acquired), updated_at = now()
-    WHERE j.id = %(job_id)s::bigint AND j.claim_token = %(claim_token)s::uuid
-      AND j.status = 'processing'
-    RETURNING j.id
-)
-SELECT true, a.slot, a.token, a.expires_at, NULL::text, NULL::text,
-       extract(epoch FROM a.expires_at - now())::float8
-FROM acquired AS a
-UNION ALL
-SELECT false, l.slot, l.token, l.expires_at, l.owner, l.holder_host,
-       greatest(extract(epoch FROM l.expires_at - now()), 0)::float8
-FROM {schema}.leases AS l
-WHERE l.name = %(name)s AND l.slot = %(slot)s AND NOT EXISTS (SELECT 1 FROM acquired);
+-- Take a plain lease (slot 0, or any one slot by number) in ONE statement: insert
+-- the row, or take over a row that is free or whose holder's time ran out; a
+-- durable commit (the fencing token must survive a crash). The function
+-- (migration 0014) holds the statement and its reasoning: its plans are cached
+-- per server process, which a pooler-safe statement of its own cannot be.
+-- job_id/claim_token also record the lease on that claimed job row. Busy: the
+-- holder's row, or nothing when it vanished meanwhile (the caller reads again).
+SELECT * FROM {schema}.lease_acquire(%(name)s, %(slot)s, %(owner)s, %(host)s, %(ttl)s,
+                                     %(job_id)s, %(claim_token)s);
 
 -- name: lease_seed_slots
 -- A semaphore's free rows, created on first use so lease_acquire_slot can pick
@@ -111,47 +78,13 @@ WHERE l.name = r.name AND l.slot = r.slot AND l.owner = r.owner AND l.token = r.
 RETURNING l.name, l.slot, l.token;
 
 -- name: lease_release
--- Free a lease, owner- and token-fenced, and wake waiters (NOTIFY is delivered at
--- commit, i.e. when this statement ends). The row stays, keeping its token.
--- Only when a waiter announced itself (lease_mark_waiting): NOTIFY makes every
--- notifying commit in the cluster queue behind one lock, which would cap
--- uncontended releases near the rate of one fsync at a time. A waiter's mark and
--- this UPDATE lock the same row, so either the release sees the mark (and
--- notifies) or the waiter's next try, made after its mark, sees the release.
--- With wake_jobs, the next job deferred on this lease (highest priority, oldest)
--- is made due now and the workers of its queue are woken: a hand-over instead of
--- waiting out the defer delay, one job at a time so a crowd of deferred jobs on
--- one key does not stampede. The others still come back at their own run_at.
--- The commit does not wait for its WAL flush (synchronous_commit off for this
--- transaction only): a release a crash forgets leaves the lease to expire at
--- its ttl, which every holder's crash already does, and the token stays.
--- Acquisitions stay durable: the token they hand out must never be handed
--- out again after a crash.
-WITH released AS (
-    UPDATE {schema}.leases
-    SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
-    WHERE name = %(name)s AND slot = %(slot)s AND owner = %(owner)s
-      AND (%(token)s::bigint IS NULL OR token = %(token)s::bigint)
-    RETURNING name, waiting_until
-),
-next_job AS (
-    SELECT j.id FROM {schema}.jobs AS j, released
-    WHERE %(wake_jobs)s AND j.status = 'pending' AND j.lease_name = released.name
-      AND j.run_at > now()
-    ORDER BY j.priority DESC, j.id
-    LIMIT 1
-    FOR UPDATE OF j SKIP LOCKED
-),
-woken AS (
-    UPDATE {schema}.jobs AS j SET run_at = now(), updated_at = now()
-    FROM next_job WHERE j.id = next_job.id
-    RETURNING j.queue
-)
-SELECT (SELECT count(*) FROM released),
-       (SELECT count(*) FROM (SELECT pg_notify(%(channel)s, name) FROM released
-                              WHERE waiting_until > now()) AS n),
-       (SELECT count(*) FROM (SELECT pg_notify(%(jobs_channel)s, queue) FROM woken) AS w),
-       set_config('synchronous_commit', 'off', true) IS NOT NULL;
+-- Free a lease, owner- and token-fenced, wake a waiter (NOTIFY only when one is
+-- marked, see lease_mark_waiting) and, with wake_jobs, hand the lease to the next
+-- job deferred on it. The commit does not wait for its WAL flush: a release a
+-- crash forgets only lets the lease expire at its ttl. One statement, the
+-- function of migration 0014 (plans cached per server process, pooler-safe).
+SELECT {schema}.lease_release(%(name)s, %(slot)s, %(owner)s, %(token)s, %(wake_jobs)s,
+                              %(channel)s, %(jobs_channel)s);
 
 -- name: lease_mark_waiting
 -- A caller is about to block in wait() on this name until `seconds` from now:
