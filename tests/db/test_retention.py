@@ -84,14 +84,14 @@ def test_rows_older_than_their_status_age_are_deleted_and_nothing_unfinished(
     failed_recent = finished(dsn, client, "failed", [2 * DAY])  # a week for failed
     failed_old = finished(dsn, client, "failed", [8 * DAY])
     pending = [r.id for r in client.enqueue_many(NOOP, [{}, {}])]
-    before = metrics.RETENTION_DELETED.labels("completed")._value.get()
+    before = metrics.RETENTION_DELETED.labels("completed").get()
 
     deleted = run(db, RetentionPolicy())
 
     assert deleted == {"completed": 2, "failed": 1}
     assert remaining(dsn) == {*new_done, *failed_recent, *pending}
     assert not remaining(dsn) & {*old_done, *failed_old}
-    assert metrics.RETENTION_DELETED.labels("completed")._value.get() == before + 2
+    assert metrics.RETENTION_DELETED.labels("completed").get() == before + 2
 
 
 def test_a_count_rule_keeps_the_newest_rows_of_its_status(

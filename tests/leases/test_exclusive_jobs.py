@@ -23,7 +23,7 @@ from tests.support.waiting import wait_for
 
 
 def _value(metric: Any, *labels: str) -> float:
-    return float(metric.labels(*labels)._value.get())
+    return float(metric.labels(*labels).get())
 
 
 def _counted(metric: Any, *labels: str, value: float) -> None:

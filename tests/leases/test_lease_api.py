@@ -15,7 +15,7 @@ from tests.support.waiting import wait_for
 
 
 def _value(metric: Any, *labels: str) -> float:
-    return float(metric.labels(*labels)._value.get())
+    return float(metric.labels(*labels).get())
 
 
 def test_the_context_manager_yields_a_held_lease_and_releases_it(
