@@ -102,8 +102,10 @@ class HostMembership(Extension):
         )
 
     def outcomes_written(self) -> None:
-        """A unit of the cap is free: wake this host's other processes at once."""
+        """A unit of the cap is free: claim again at once, here and in the host's other
+        processes (only under a cap: see ``Claimer.outcomes_written``)."""
         if self.cap is not None and self.registered:
+            self.worker.wake()
             self.db.hosts.notify_slot_freed(host=self.host)
 
     def on_stopping(self) -> None:

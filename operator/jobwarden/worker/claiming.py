@@ -188,13 +188,14 @@ class Claimer:
     def outcomes_written(self) -> None:
         """The recorder wrote outcomes: their slots, and units of a host cap, are free.
 
-        A capped claim counts the host's running rows in the database, so it may
-        only follow the write; and a capped fetch loop that got fewer jobs than
-        it asked for (the cap, not an empty queue) would otherwise wait for its
-        next poll with a free slot. Extensions tell sibling processes.
+        The extensions decide what follows: the host registry wakes this fetch
+        loop (and the host's other processes) when the host has a cap, since a
+        capped claim counts the host's running rows in the database (so it may
+        only follow the write) and one that got fewer jobs than it asked for
+        would otherwise wait for its next poll with a free slot. Without a cap a
+        claim that got fewer than it asked for found the queue empty, and a
+        freed slot changes nothing: no claim round per job for nothing.
         """
-        if self.capped_claims:
-            self.wake_event.set()
         for ext in self.extensions:
             try:
                 ext.outcomes_written()
