@@ -9,6 +9,7 @@ The scenarios are tests/e2e/podrunscenarios.py, the same the emulator tier runs
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from pathlib import Path
 
@@ -16,9 +17,12 @@ import pytest
 
 from jobwarden.client import Client
 from jobwarden.structs.states import JobStatus
+from tests.cluster.api import ApiError
 from tests.cluster.conftest import RealCluster, open_cluster
 from tests.cluster.controlplane import ControlPlane
+from tests.cluster.scheduling import UnschedulableReporter
 from tests.e2e import podrunscenarios as scenarios
+from tests.e2e.kubelet import ProcessKubelet
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
 
@@ -59,7 +63,50 @@ def test_an_exclusive_job_in_a_pod_defers_while_its_key_is_held_without_a_pod(
     scenarios.exclusive_defers_without_a_pod(realkube.site())
 
 
-def test_a_pod_that_never_starts_is_reported_and_its_run_retried(
+def test_a_pod_that_never_starts_for_a_missing_secret_is_reported_and_its_run_retried(
         realkube: RealCluster) -> None:
+    """The kubelet cannot create the container (CreateContainerConfigError) until the
+    Secret its env names exists."""
     realkube.install()
-    scenarios.never_started_pod_is_retried(realkube.site())
+    scenarios.never_started_pod_is_retried(realkube.site(), scenarios.MISSING_SECRET)
+
+
+def test_an_unschedulable_pod_is_reported_and_its_run_retried_on_a_node_that_joins(
+        realkube: RealCluster) -> None:
+    """No node has the label the template selects: PodScheduled=False, Unschedulable, as
+    kube-scheduler reports it (tests/cluster/scheduling.py: the tier runs no scheduler);
+    after the report a node with the label joins and a retry's pod runs there."""
+    realkube.install()
+    site = realkube.site()
+    batch = f"batch-{realkube.namespace}"
+
+    def batch_node_joins(site: scenarios.Site, _: str) -> None:
+        assert realkube.plane.pki is not None
+        site.more_kubelets.append(ProcessKubelet(
+            realkube.api, workdir=realkube.workdir / batch, namespace=realkube.namespace,
+            node=batch, server=realkube.plane.server, ca_file=realkube.plane.pki.ca_cert,
+            extra_env={"JOBWARDEN_TEST_AUDIT_DSN": realkube.dsn}, interval=0.2,
+            labels={"pool": "batch"}).start())
+
+    reporter = UnschedulableReporter(realkube.api, realkube.namespace,
+                                     lambda: [k.node or "" for k in site.kubelets])
+    try:
+        with reporter.running():
+            scenarios.never_started_pod_is_retried(site, scenarios.no_matching_node(
+                batch_node_joins))
+        assert not reporter.errors, reporter.errors
+        (ran,) = scenarios.started_pods(site, "stuck")
+        assert (realkube.api.get("pods", ran, realkube.namespace) or {})["spec"][
+            "nodeName"] == batch
+    finally:
+        for kubelet in site.more_kubelets:
+            # Its pods go first (forced: no kubelet would confirm them once it stopped, and
+            # the namespace's deletion would wait on them), then the node.
+            for pod in realkube.api.list("pods", realkube.namespace,
+                                         fields=f"spec.nodeName={kubelet.node}"):
+                with contextlib.suppress(ApiError):
+                    realkube.api.delete("pods", pod["metadata"]["name"], realkube.namespace,
+                                        grace=0)
+            kubelet.stop()
+            with contextlib.suppress(ApiError):
+                realkube.api.delete("nodes", kubelet.node or "", None)

@@ -47,6 +47,12 @@ class Site:
     secret: str
     wait: Callable[..., Any]
     operator_ports: Callable[[], list[int]]
+    #: Nodes that joined during the scenario, beside ``kubelet``'s.
+    more_kubelets: list[ProcessKubelet] = dataclasses.field(default_factory=list)
+
+    @property
+    def kubelets(self) -> list[ProcessKubelet]:
+        return [self.kubelet, *self.more_kubelets]
 
     def metric(self, name: str, **labels: str) -> float:
         """One sample of ``name`` summed over this site's operators (0 where absent)."""
@@ -100,12 +106,14 @@ def run_pods(site: Site, owner: str) -> list[dict[str, Any]]:
 
 
 def started_pods(site: Site, owner: str) -> set[str]:
-    """Every pod of ``owner`` the site's kubelet ever started (pruned ones included)."""
-    return {name for name in list(site.kubelet.pods) if name.startswith(f"{owner}-")}
+    """Every pod of ``owner`` the site's kubelets ever started (pruned ones included)."""
+    return {name for kubelet in site.kubelets for name in list(kubelet.pods)
+            if name.startswith(f"{owner}-")}
 
 
 def job_of_pod(site: Site, pod: str) -> int:
-    return int(site.kubelet.process(pod).env["JOBWARDEN_JOB_ID"])
+    kubelet = next(k for k in site.kubelets if pod in k.pods)
+    return int(kubelet.process(pod).env["JOBWARDEN_JOB_ID"])
 
 
 def jobs_of(site: Site, schedule_name: str) -> list[JobRecord]:
@@ -269,17 +277,49 @@ def exclusive_defers_without_a_pod(site: Site) -> None:
     assert len(audit_of(site, "ran", job_id)) == 1
 
 
-def never_started_pod_is_retried(site: Site) -> None:
-    """A pod that cannot start (its env names a Secret that does not exist yet) is
-    reported at startDeadlineSeconds -- deleted, ``pod start_deadline`` in the job's
-    error, a PodStartDeadlineExceeded Event -- and, never having started, retried though
-    the job is not idempotent (never ``interrupted``): once the Secret exists, the pod of
-    a retry runs the job, once. Every attempt before it is in the history as a start
-    deadline that left the job pending."""
-    late = {"name": "LATE_TOKEN",
-            "valueFrom": {"secretKeyRef": {"name": "late", "key": "token"}}}
+@dataclasses.dataclass(frozen=True)
+class Blocker:
+    """What keeps a run's pod from starting: ``pod`` is the template that does it, ``cause``
+    and ``event`` what the operator reports at the start deadline, ``lift`` what the test
+    does afterwards so that a retry's pod can start."""
+
+    name: str
+    pod: dict[str, Any]
+    cause: str
+    event: str
+    lift: Callable[[Site, str], None]
+
+
+def _create_late_secret(site: Site, _: str) -> None:
+    site.api.create({"apiVersion": "v1", "kind": "Secret",
+                     "metadata": {"name": "late", "namespace": site.namespace},
+                     "stringData": {"token": "t"}})
+
+
+#: The env of the job names a Secret that does not exist yet (CreateContainerConfigError):
+#: the Secret is made.
+MISSING_SECRET = Blocker(
+    "missing-secret", template(env=[{"name": "LATE_TOKEN", "valueFrom": {
+        "secretKeyRef": {"name": "late", "key": "token"}}}]),
+    "start_deadline", "PodStartDeadlineExceeded", _create_late_secret)
+
+
+def no_matching_node(node_joins: Callable[[Site, str], None]) -> Blocker:
+    """The template selects ``pool: batch``, a label no node has (the scheduler reports the
+    pod Unschedulable); ``node_joins`` brings a node with it (as an autoscaler would) and
+    adds its kubelet to the site's."""
+    return Blocker("no-matching-node", template(nodeSelector={"pool": "batch"}),
+                   "unschedulable", "PodUnschedulable", node_joins)
+
+
+def never_started_pod_is_retried(site: Site, blocker: Blocker) -> None:
+    """A pod that cannot start (``blocker``) is reported at startDeadlineSeconds -- deleted,
+    ``pod <cause>`` in the job's error, the cause's Event -- and, never having started,
+    retried though the job is not idempotent (never ``interrupted``): once the blocker is
+    lifted, the pod of a retry runs the job, once. Every attempt before it is in the
+    history with the cause, having left the job pending."""
     manifest = exclusive(site, "stuck", "tests.support.testjobs:SleepyOnce",
-                         {"seconds": 0.2}, pod=template(env=[late]), startDeadlineSeconds=10)
+                         {"seconds": 0.2}, pod=blocker.pod, startDeadlineSeconds=10)
     manifest["spec"]["job"]["maxRetries"] = 5  # a loaded node may miss a retry's deadline too
     site.api.create(manifest)
     raw = site.wait(lambda: status(site, "exclusivejobs", "stuck").get("jobId"),
@@ -288,25 +328,23 @@ def never_started_pod_is_retried(site: Site) -> None:
     first = f"stuck-j{job_id}-1"
     reported = site.wait(
         lambda: (j := site.client.job(job_id)) and j.last_error
-        and "pod start_deadline" in j.last_error and j, timeout=120,
-        what="the pod reported as never started")
+        and f"pod {blocker.cause}" in j.last_error and j, timeout=120,
+        what=f"the pod reported as {blocker.cause}")
     # Retried at once (its backoff is the default 1-2 s), so it may be claimed again by now.
     assert reported.status in (JobStatus.PENDING, JobStatus.PROCESSING), reported
     assert first in reported.last_error, reported.last_error
-    site.wait(lambda: "PodStartDeadlineExceeded" in events(site, "stuck"), timeout=30,
-              what="the PodStartDeadlineExceeded event")
-    # Deleted at the deadline, so it cannot start late (the Secret comes only now).
+    site.wait(lambda: blocker.event in events(site, "stuck"), timeout=30,
+              what=f"the {blocker.event} event")
+    # Deleted at the deadline, so it cannot start late (the blocker goes only now).
     site.wait(lambda: first not in {p["metadata"]["name"] for p in run_pods(site, "stuck")},
               timeout=60, what="the pod that never started deleted")
-    site.api.create({"apiVersion": "v1", "kind": "Secret",
-                     "metadata": {"name": "late", "namespace": site.namespace},
-                     "stringData": {"token": "t"}})
+    blocker.lift(site, "stuck")
     done = site.wait(lambda: (j := site.client.job(job_id)) and j.status.terminal and j,
-                     timeout=120, what="the retry finished")
+                     timeout=150, what="the retry finished")
     assert done.status is JobStatus.COMPLETED and done.attempts >= 2, done
     # Only the last attempt's pod ever ran a process, and the job ran once.
     assert started_pods(site, "stuck") == {f"stuck-j{job_id}-{done.attempts}"}
     assert len(audit_of(site, "start", job_id)) == 1
     earlier = [a for a in site.client.attempts(job_id) if a.attempt < done.attempts]
-    assert earlier and all("pod start_deadline" in (a.error or "")
+    assert earlier and all(f"pod {blocker.cause}" in (a.error or "")
                            and a.status_after == "pending" for a in earlier), earlier
