@@ -186,5 +186,6 @@ def test_claiming_uses_the_partial_index_with_many_finished_rows(client: jobward
         conn.execute("ANALYZE jobwarden.jobs")
         plan = "\n".join(r[0] for r in conn.execute(
             "EXPLAIN SELECT id FROM jobwarden.jobs WHERE status = 'pending' AND run_at <= now() "
+            "AND pod_run IS NULL "
             "ORDER BY priority DESC, run_at, id LIMIT 10 FOR UPDATE SKIP LOCKED").fetchall())
-    assert "jobs_claim_any_idx" in plan, plan
+    assert "jobs_claim_pool_any_idx" in plan, plan

@@ -486,8 +486,13 @@ SELECT queue, status::text, count(*) FROM {schema}.jobs GROUP BY queue, status O
 -- name: job_scheduled_counts
 -- Pending jobs that are not due yet (a delay, a retry backoff, a future run_at),
 -- per queue: `jobwarden status` shows them apart from the pending jobs that are due.
-SELECT queue, count(*) FROM {schema}.jobs
-WHERE status = 'pending' AND run_at > now()
+-- Pool and pod runs each from their own partial index (0014_pool_claim_indexes).
+SELECT queue, count(*)
+FROM (SELECT queue FROM {schema}.jobs
+      WHERE status = 'pending' AND run_at > now() AND pod_run IS NULL
+      UNION ALL
+      SELECT queue FROM {schema}.jobs
+      WHERE status = 'pending' AND run_at > now() AND pod_run IS NOT NULL) AS later
 GROUP BY queue ORDER BY queue;
 
 -- name: db_now
@@ -551,9 +556,13 @@ picked AS (
 
 -- name: job_oldest_pending
 -- Age of the oldest due pending job per queue: how long work has been waiting.
+-- Pool and pod runs each from their own partial index (0014_pool_claim_indexes).
 SELECT queue, extract(epoch FROM now() - min(run_at))::double precision
-FROM {schema}.jobs
-WHERE status = 'pending' AND run_at <= now()
+FROM (SELECT queue, run_at FROM {schema}.jobs
+      WHERE status = 'pending' AND run_at <= now() AND pod_run IS NULL
+      UNION ALL
+      SELECT queue, run_at FROM {schema}.jobs
+      WHERE status = 'pending' AND run_at <= now() AND pod_run IS NOT NULL) AS due
 GROUP BY queue;
 
 -- name: fragment_free_ended_claims_lease
