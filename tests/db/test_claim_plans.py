@@ -84,7 +84,7 @@ def analyzed(db: Database, dsn: str, name: str) -> str:
                                   "job_claim_capped_queues"])
 def test_pending_pod_runs_never_enter_a_workers_claim(
         db: Database, piled_pod_runs: str, name: str) -> None:
-    """The worker's claim index holds pool runs only (migration 0014): 20,000 pending pod
+    """The worker's claim index holds pool runs only (migration 0015): 20,000 pending pod
     runs ahead of the pool's jobs in claim order are not walked and filtered out by each
     claim (with the index of 0001 the scan removed every one of them by its filter)."""
     if "capped" in name:  # a registered host, so the capped claim walks the index at all

@@ -486,7 +486,7 @@ SELECT queue, status::text, count(*) FROM {schema}.jobs GROUP BY queue, status O
 -- name: job_scheduled_counts
 -- Pending jobs that are not due yet (a delay, a retry backoff, a future run_at),
 -- per queue: `jobwarden status` shows them apart from the pending jobs that are due.
--- Pool and pod runs each from their own partial index (0014_pool_claim_indexes).
+-- Pool and pod runs each from their own partial index (0015_pool_claim_indexes).
 SELECT queue, count(*)
 FROM (SELECT queue FROM {schema}.jobs
       WHERE status = 'pending' AND run_at > now() AND pod_run IS NULL
@@ -556,7 +556,7 @@ picked AS (
 
 -- name: job_oldest_pending
 -- Age of the oldest due pending job per queue: how long work has been waiting.
--- Pool and pod runs each from their own partial index (0014_pool_claim_indexes).
+-- Pool and pod runs each from their own partial index (0015_pool_claim_indexes).
 SELECT queue, extract(epoch FROM now() - min(run_at))::double precision
 FROM (SELECT queue, run_at FROM {schema}.jobs
       WHERE status = 'pending' AND run_at <= now() AND pod_run IS NULL

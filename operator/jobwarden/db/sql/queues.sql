@@ -35,7 +35,7 @@ SELECT queue, paused_at, paused_by FROM {schema}.queue_pauses ORDER BY queue;
 -- processing, finished_at), never the whole table. A queue appears while it has
 -- pending, running or recently finished jobs, or while it is paused.
 WITH pending AS (
-    -- Pool and pod runs each from their own partial index (0014_pool_claim_indexes).
+    -- Pool and pod runs each from their own partial index (0015_pool_claim_indexes).
     SELECT queue, count(*) AS pending,
            count(*) FILTER (WHERE run_at <= now()) AS due,
            min(run_at) FILTER (WHERE run_at <= now()) AS oldest_due
