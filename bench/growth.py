@@ -10,16 +10,18 @@ small-table figure, and the 1-minute load average recorded beside every point.
 
 * **table size**: one worker process (each system's out-of-the-box best
   setting, as the ``best`` row of ``python -m bench``) drains ``--drain``
-  (10,000) jobs from a queue holding 10k / 100k / 1M pending jobs, and from
-  10k pending beside 1M completed jobs left behind. Claim latency: one
-  single-job claim through the call or statement the system's worker claims
-  with, timed from the client ``--samples`` (200) times on the table as filled
-  (the claimed jobs are given back before the drain).
+  (10,000) jobs, or what it starts in ``--drain-seconds`` (15) if fewer,
+  from a queue holding 10k / 100k / 1M pending jobs, and from 10k pending
+  beside 1M completed jobs left behind. Claim latency: one single-job claim
+  through the call or statement the system's worker claims with, timed from
+  the client ``--samples`` (200) times on the table as filled (the claimed
+  jobs are given back before the drain).
 * **processes**: 1, 2, 4, 8 worker processes draining the small table together.
   Throughput = (jobs - 1) / (start of the last counted job - start of the first),
   on the monotonic clock every process shares, counting the first ``--drain``
-  job starts across the processes (``bench.child --mode shared``: the processes
-  import their library first and start their workers together on a signal).
+  job starts across the processes (all of them when the time bound stopped it;
+  ``bench.child --mode shared``: the processes import their library first and
+  start their workers together on a signal).
 * **soak** (``--soak SECONDS``, Jobwarden only): jobs enqueued at a steady
   ``--rate`` for that long, two ``jobwarden worker`` processes, retention at
   ``--soak-retention`` (default ``completed=2m``, a pass every 10 s): every 15 s
@@ -188,9 +190,11 @@ async def shared_workers(system: str, dsn: str, count: int,
             await proc.finish(timeout)
 
 
-async def drain(system: str, dsn: str, *, processes: int, jobs: int,
+async def drain(system: str, dsn: str, *, processes: int, jobs: int, seconds: float,
                 timeout: float) -> dict[str, Any]:
-    """``processes`` workers of ``system`` drain ``jobs`` of the queue together."""
+    """``processes`` workers of ``system`` drain ``jobs`` of the queue together, or
+    what they start in ``seconds`` from the signal if that is fewer (a slow system
+    would otherwise take minutes per point; its rate is measured all the same)."""
     async with shared_workers(system, dsn, processes, timeout) as procs:
         deadline = time.monotonic() + timeout
         for proc in procs:
@@ -202,7 +206,8 @@ async def drain(system: str, dsn: str, *, processes: int, jobs: int,
                 await asyncio.sleep(0.02)
         for proc in procs:
             proc.send("go")
-        while sum(p.count for p in procs) < jobs:
+        window = time.monotonic() + seconds
+        while sum(p.count for p in procs) < jobs and time.monotonic() < window:
             for proc in procs:
                 if (failure := proc.failure()) or proc.proc.returncode is not None:
                     raise RuntimeError(failure or "a worker exited during the drain")
@@ -217,16 +222,18 @@ async def drain(system: str, dsn: str, *, processes: int, jobs: int,
         raise RuntimeError("; ".join(failures) or "a worker reported no result")
     starts = sorted(t for p in procs for t in (p.result or {})["starts"])
     counted = starts[:jobs]
-    seconds = counted[-1] - counted[0]
-    return {"jobs": len(counted), "seconds": seconds,
-            "jobs_per_s": (len(counted) - 1) / seconds if seconds > 0 else 0.0,
+    if len(counted) < 2:
+        raise RuntimeError(f"only {len(counted)} jobs started in {seconds:g}s")
+    span = counted[-1] - counted[0]
+    return {"jobs": len(counted), "seconds": span, "time_bound": len(counted) < jobs,
+            "jobs_per_s": (len(counted) - 1) / span if span > 0 else 0.0,
             "started_in_all": len(starts),
             "per_process": [int((p.result or {})["count"]) for p in procs]}
 
 
 async def point(system: base.System, server_dsn: str, dbname: str, *, pending: int,
-                completed: int, processes: int, drain_jobs: int, samples: int,
-                timeout: float) -> dict[str, Any]:
+                completed: int, processes: int, drain_jobs: int, drain_seconds: float,
+                samples: int, timeout: float) -> dict[str, Any]:
     """One figure of one system: fresh database, fill, vacuum, probe, drain."""
     with databases.fresh_database(server_dsn, dbname) as dsn:
         await system.install(dsn)
@@ -236,8 +243,8 @@ async def point(system: base.System, server_dsn: str, dbname: str, *, pending: i
         record: dict[str, Any] = {"fill_seconds": time.perf_counter() - filling,
                                   "filled": database_sizes(dsn), "load_before": load()}
         record["claim"] = percentiles(await system.claim_latencies(dsn, samples=samples))
-        record["drain"] = await drain(system.name, dsn, processes=processes,
-                                      jobs=drain_jobs, timeout=timeout)
+        record["drain"] = await drain(system.name, dsn, processes=processes, jobs=drain_jobs,
+                                      seconds=drain_seconds, timeout=timeout)
         record["load_after"] = load()
     return record
 
@@ -372,7 +379,8 @@ async def curves(args: argparse.Namespace, systems: list[base.System],
                         system, args.dsn, f"{args.db_prefix}{system.name}",
                         pending=plan["pending"], completed=plan["completed"],
                         processes=plan["processes"], samples=args.samples,
-                        drain_jobs=min(args.drain, plan["pending"]), timeout=args.timeout))
+                        drain_jobs=min(args.drain, plan["pending"]),
+                        drain_seconds=args.drain_seconds, timeout=args.timeout))
                 except Exception as exc:  # recorded; the other points still run
                     entry["error"] = f"{type(exc).__name__}: {exc}"
                     record["errors"].append(f"{system.name} {plan['name']}: {entry['error']}")
@@ -381,7 +389,8 @@ async def curves(args: argparse.Namespace, systems: list[base.System],
                     continue
                 runs.append(entry)
                 print(f"  {system.name:<14} {plan['name']:<38} "
-                      f"{entry['drain']['jobs_per_s']:8,.0f} jobs/s   claim p50/p99 "
+                      f"{entry['drain']['jobs_per_s']:8,.0f} jobs/s ({entry['drain']['jobs']:>6,}"
+                      f" jobs)   claim p50/p99 "
                       f"{entry['claim']['p50_ms']:6.2f} / {entry['claim']['p99_ms']:6.2f} ms"
                       f"   fill {entry['fill_seconds']:5.1f} s   load "
                       f"{entry['load_before']:.1f}-{entry['load_after']:.1f}", flush=True)
@@ -482,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true",
                    help="tiny sizes, one repetition, a 2 s soak: a smoke test, not a measurement")
     p.add_argument("--drain", type=int, default=None, help="jobs drained per figure (10,000)")
+    p.add_argument("--drain-seconds", type=float, default=15.0,
+                   help="at most this long per drain (the jobs started by then count)")
     p.add_argument("--sizes", default=None,
                    help="pending rows of the table-size curve (10000,100000,1000000)")
     p.add_argument("--completed", type=int, default=None,
@@ -528,8 +539,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "loadavg_before": os.getloadavg()},
         "systems": {s.name: s.describe() for s in systems},
-        "sizes": {k: getattr(args, k) for k in ("drain", "sizes", "completed", "processes",
-                                                 "reps", "samples")},
+        "sizes": {k: getattr(args, k) for k in ("drain", "drain_seconds", "sizes", "completed",
+                                                 "processes", "reps", "samples")},
         "runs": [], "errors": []}
     asyncio.run(curves(args, systems, record))
     only = set(args.only or ["sizes", "processes", "soak"])
