@@ -31,7 +31,8 @@ small-table figure, and the 1-minute load average recorded beside every point.
 Filling is SQL in each system's own tables (``INSERT ... SELECT
 generate_series``: every row, in every table, that the system's API and worker
 would leave -- each adapter's ``fill`` says which), then ``VACUUM ANALYZE`` of
-the database -- the state autovacuum leaves a bulk load in -- so a million rows
+the database -- the state autovacuum leaves a bulk load in -- and a
+``CHECKPOINT`` (so the load's writes do not land in the drain), so a million rows
 take seconds, not the minutes an enqueue API would. Completed jobs "finished"
 an hour ago. Run it on a private server with fsync and autovacuum on
 (docs/benchmarks.md, "How cost grows"). ``--quick``: tiny sizes, one
@@ -240,6 +241,9 @@ async def point(system: base.System, server_dsn: str, dbname: str, *, pending: i
         filling = time.perf_counter()
         await system.fill(dsn, pending=pending, completed=completed)
         _sql(dsn, "VACUUM ANALYZE")
+        # The load's dirty pages are written now, not by a checkpoint during the
+        # drain (a million rows are ~1 GB of WAL: max_wal_size's default).
+        _sql(dsn, "CHECKPOINT")
         record: dict[str, Any] = {"fill_seconds": time.perf_counter() - filling,
                                   "filled": database_sizes(dsn), "load_before": load()}
         record["claim"] = percentiles(await system.claim_latencies(dsn, samples=samples))
