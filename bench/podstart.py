@@ -120,7 +120,10 @@ def measure(*, admin_dsn: str, runs: int, interval: str, workdir: Path) -> dict[
     try:
         dsn = _with_audit(factory)
         with Database(dsn, min_size=1, max_size=4) as db:
-            return _measure(db, dsn, runs=runs, interval=interval, workdir=workdir)
+            result = _measure(db, dsn, runs=runs, interval=interval, workdir=workdir)
+        # Made here and dropped below, named so a caller can check nothing is left.
+        result["databases"] = [factory.template, *factory.created]
+        return result
     finally:
         if dsn is not None:
             factory.drop(dsn)
