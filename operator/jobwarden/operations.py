@@ -32,6 +32,11 @@ JobRef = definitions.JobRef
 WAIT_POLL_SECONDS = 1.0
 
 
+#: ``json.dumps(..., allow_nan=False, ensure_ascii=False)`` without building an
+#: encoder per call (a third of encoding a small payload); encoding keeps no state.
+_JSON = json.JSONEncoder(allow_nan=False, ensure_ascii=False)
+
+
 def check_payload(data: Any) -> None:
     """Refuse data that would not round-trip through JSON, before anything is stored."""
     encode_payload(data)
@@ -48,7 +53,7 @@ def encode_payload(data: Any) -> bytes:
     exact walk over every string and key run, to name the problem.
     """
     try:
-        text = json.dumps(data, allow_nan=False, ensure_ascii=False)
+        text = _JSON.encode(data)
     except (TypeError, ValueError) as exc:
         raise errors.InvalidPayload(f"job data must be JSON-serialisable: {exc}") from exc
     try:
@@ -77,8 +82,7 @@ def encode_payloads(datas: list[Any]) -> bytes:
     the batch's list, joins the items' own texts).
     """
     try:
-        encoded: bytes | None = json.dumps(datas, allow_nan=False,
-                                           ensure_ascii=False).encode()
+        encoded: bytes | None = _JSON.encode(datas).encode()
     except (TypeError, ValueError, RecursionError):  # UnicodeEncodeError is a ValueError
         encoded = None
     if encoded is not None and b"\\u0000" not in encoded:
