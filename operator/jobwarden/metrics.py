@@ -387,6 +387,8 @@ _primed_lock = threading.Lock()
 
 
 def _first(key: tuple[str, ...]) -> bool:
+    if key in _primed:  # the common answer, without the lock (a set read is atomic)
+        return False
     with _primed_lock:
         if key in _primed:
             return False

@@ -15,11 +15,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pytest
+
 from jobwarden import metrics
 from jobwarden.client import Client
 from jobwarden.db import runnerpass
 from jobwarden.db.database import Database
-from jobwarden.schedules import runner
+from jobwarden.schedules import expressions, runner
 from jobwarden.structs.states import JobStatus
 
 T0 = dt.datetime(2030, 1, 7, 12, 0, 30, tzinfo=dt.UTC)  # schedules are created here
@@ -123,3 +125,23 @@ def test_a_pass_that_would_leave_a_schedule_unadvanced_commits_nothing(
         record = client.schedules.get(name)
         assert record is not None and record.enqueued_count == 0
         assert record.next_slot == at(12, 1)
+
+
+def test_any_text_survives_the_array_literals_of_the_write_back(
+        client: Client, db: Database) -> None:
+    """The write-back's arrays are literals built client-side: quotes, backslashes,
+    braces, commas, NULL-like words and newlines in a value come back unchanged."""
+    nasty = 'gib"ber\\ish, {x}, NULL\n\'q\''
+    client.schedules.upsert("odd", interval="1m", job_class=JOB, now=T0)
+    client.schedules.upsert("fine", interval="1m", job_class=JOB, now=T0)
+    with db.connection() as conn:
+        conn.execute("UPDATE jobwarden.schedules SET expression = %s WHERE name = 'odd'",
+                     (nasty,))
+    report = client.schedules.enqueue_due(now=at(12, 1, 1))
+    assert (report.enqueued, report.errors) == (1, 1)
+    with pytest.raises(Exception) as raised:
+        expressions.parse_stored(nasty)
+    odd = client.schedules.get("odd")
+    assert odd is not None
+    assert odd.last_error == f"{type(raised.value).__name__}: {raised.value}"
+    assert '"' in odd.last_error and "\\" in odd.last_error and "{x}" in odd.last_error
