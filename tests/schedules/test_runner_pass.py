@@ -13,8 +13,10 @@ other schedules of the pass.
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from typing import Any
 
+import psycopg
 import pytest
 
 from jobwarden import metrics
@@ -23,6 +25,7 @@ from jobwarden.db import runnerpass
 from jobwarden.db.database import Database
 from jobwarden.schedules import expressions, runner
 from jobwarden.structs.states import JobStatus
+from tests.support.waiting import wait_for
 
 T0 = dt.datetime(2030, 1, 7, 12, 0, 30, tzinfo=dt.UTC)  # schedules are created here
 JOB = "tests.support.schedulejobs:Tick"
@@ -145,3 +148,35 @@ def test_any_text_survives_the_array_literals_of_the_write_back(
     assert odd is not None
     assert odd.last_error == f"{type(raised.value).__name__}: {raised.value}"
     assert '"' in odd.last_error and "\\" in odd.last_error and "{x}" in odd.last_error
+
+
+def test_deleting_a_schedule_deletes_the_history_a_running_pass_commits_meanwhile(
+        client: Client, db: Database, dsn: str) -> None:
+    """The history has no foreign key (migration 0016): deletion deletes it in a second
+    statement, which must also see the slots of a pass that held the row meanwhile."""
+    client.schedules.upsert("gone", interval="1m", job_class=JOB, now=T0)
+    client.schedules.enqueue_due(now=at(12, 1, 1))
+    with psycopg.connect(dsn) as holder:  # a runner pass: the row locked, a slot added
+        holder.execute("SELECT 1 FROM jobwarden.schedules WHERE name = 'gone' FOR UPDATE")
+        holder.execute("INSERT INTO jobwarden.schedule_slots (schedule_name, slot, fate) "
+                       "VALUES ('gone', %s, 'skipped')", (at(12, 2),))
+        deleted: list[bool] = []
+        deleting = threading.Thread(target=lambda: deleted.append(
+            client.schedules.delete("gone")))
+        deleting.start()
+        wait_for(lambda: _waiting_on_a_lock(dsn), timeout=30,
+                 message="the deletion never waited for the pass's row lock")
+        holder.commit()
+    deleting.join(timeout=30)
+    assert deleted == [True]
+    with psycopg.connect(dsn) as conn:
+        left = conn.execute("SELECT count(*) FROM jobwarden.schedule_slots "
+                            "WHERE schedule_name = 'gone'").fetchone()
+    assert left == (0,)
+
+
+def _waiting_on_a_lock(dsn: str) -> bool:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND wait_event_type = 'Lock'").fetchone()
+    return bool(row and row[0])

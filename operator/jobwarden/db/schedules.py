@@ -145,7 +145,12 @@ class SchedulesTable:
         }, conn=conn)
 
     def delete(self, name: str) -> bool:
-        return self._db.row("schedule_delete", {"name": name}) is not None
+        """Delete the schedule and its slot history together; False if there was none."""
+        with self._db.transaction() as conn:
+            if self._db.row("schedule_delete", {"name": name}, conn=conn) is None:
+                return False
+            self._db.execute("schedule_slots_delete", {"name": name}, conn=conn)
+            return True
 
     # -- the runner (its pass itself: db/runnerpass.py) -----------------------------
 

@@ -79,7 +79,15 @@ SET expression = %(expression)s, cron = %(cron)s, interval_seconds = %(interval_
 WHERE name = %(name)s;
 
 -- name: schedule_delete
+-- First of two statements in one transaction (SchedulesTable.delete): the row, after
+-- any runner pass holding it has committed (the DELETE waits for its row lock).
 DELETE FROM {schema}.schedules WHERE name = %(name)s RETURNING name;
+
+-- name: schedule_slots_delete
+-- Second: the schedule's slot history (migration 0016 dropped the foreign key that
+-- cascaded). A later statement than the first, so its snapshot also holds the slots
+-- a runner pass committed while the first waited for that pass's row lock.
+DELETE FROM {schema}.schedule_slots WHERE schedule_name = %(name)s;
 
 -- The runner's pass (jobwarden.schedules.runner) is three messages, whatever
 -- the number of schedules: BEGIN and the claim; the slots' jobs (one binary
