@@ -7,8 +7,12 @@ the real control plane (tests/cluster) run the pods.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
+
+import kmock
+import psycopg
 
 from jobwarden.client import Client
 from jobwarden.controller import podrunning, runpods
@@ -205,3 +209,42 @@ def test_an_exclusive_jobs_history_limits_are_its_own(
     wait_for(lambda: not [p for p in run_pods(kube_api, "ExclusiveJob")
                           if not p["metadata"].get("deletionTimestamp")], timeout=30,
              message="every failed pod deleted (failedJobsHistoryLimit 0)")
+
+
+def test_a_claim_without_a_pod_past_its_start_deadline_gets_no_pod_and_is_reaped(
+        kube_api: KubeAPI, kubectl: Kubectl, client: Client, dsn: str,
+        start_operator: Callable[..., OperatorProcess]) -> None:
+    """An operator killed between claim and create, restarted after the claim's start
+    deadline: no pod for that claim (the reaper's); the run is retried as a new claim."""
+    refusing = threading.Event()
+    refusing.set()
+    kube_api.emulator["create", kmock.resource("", "v1", "pods"), refusing] << 503
+    crashed = start_operator(kube_api)
+    kubectl.apply(EXCLUSIVE)
+    xj = kube_api.wait_for("xj", "migrate", timeout=30,
+                           condition=lambda o: bool(o.get("status", {}).get("jobId")))
+    job_id = int(xj["status"]["jobId"])
+    wait_for(lambda: f"for job {job_id} failed" in crashed.logs(), timeout=30,
+             message="the claim made and its pod's create refused")
+    crashed.proc.kill()
+    crashed.proc.wait(timeout=30)
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the claim is past its deadline
+        conn.execute("UPDATE jobwarden.jobs SET claimed_at = now() - interval '1 hour' "
+                     "WHERE id = %s AND status = 'processing'", (job_id,))
+    refusing.clear()
+    restarted = start_operator(kube_api)
+    wait_for(lambda: (restarted.metric("jobwarden_operator_reconciles_total",
+                                       kind="ExclusiveJob", result="unchanged") or 0) >= 3,
+             timeout=30,
+             message="the restarted operator reconciled the ExclusiveJob a few times")
+    assert run_pods(kube_api) == []  # no pod for a claim past its start deadline
+    assert client.job(job_id).status is JobStatus.PROCESSING  # left to the reaper
+
+    with psycopg.connect(dsn, autocommit=True) as conn:  # the reaper's moment comes
+        conn.execute("UPDATE jobwarden.jobs SET claim_expires_at = now() - interval '1 second' "
+                     "WHERE id = %s", (job_id,))
+    (pod,) = wait_for(lambda: run_pods(kube_api), timeout=40,
+                      message="the retry's pod, under a new claim")
+    assert pod["metadata"]["labels"][runpods.ATTEMPT_LABEL] == "2"
+    job = client.job(job_id)
+    assert job.attempts == 2 and job.last_error is not None and "did not start" in job.last_error
