@@ -346,8 +346,9 @@ class Lease(LeaseHolder):
         super().__init__(db, acquisition, owner=owner, ttl=ttl, kind=kind,
                          requested_at=requested_at)
         self._on_event = on_event
-        emit(LeaseEvent(event="lease_acquired", name=self.name, kind=kind, owner=owner,
-                        token=self.token), on_event)
+        if _subscribers or on_event is not None:  # no event built when nobody listens
+            emit(LeaseEvent(event="lease_acquired", name=self.name, kind=kind, owner=owner,
+                            token=self.token), on_event)
 
     def renew(self, ttl: float | None = None) -> None:
         """Extend to ``ttl`` (default: the original ttl) from now; raises LeaseLost."""

@@ -14,6 +14,7 @@ pod spec can set them; defaults are documented here and in docs/cli.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -170,8 +171,14 @@ def default_host_name() -> str:
     return (
         os.environ.get("JOBWARDEN_HOST")
         or os.environ.get("POD_NAME")
-        or socket.gethostname()
+        or _hostname()
     )
+
+
+@functools.cache
+def _hostname() -> str:
+    # Asked once per process: every lease guard names its host (a system call each).
+    return socket.gethostname()
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -149,8 +149,7 @@ class Database:
         if conn is not None:
             with translate_errors(), self.connections.counting_faults():
                 return conn.execute(self.sql(name), params).fetchall()
-        with self.connection() as c:
-            return c.execute(self.sql(name), params).fetchall()
+        return self.connections.statement(self.q[name], params, fetch=True)[0]
 
     def in_one_round_trip(self, steps: list[tuple[str, Params | None]], *,
                           prepared: bool = False) -> list[list[Row]]:
@@ -208,8 +207,7 @@ class Database:
         if conn is not None:
             with translate_errors(), self.connections.counting_faults():
                 return conn.execute(self.sql(name), params).rowcount
-        with self.connection() as c:
-            return c.execute(self.sql(name), params).rowcount
+        return self.connections.statement(self.q[name], params, fetch=False)[1]
 
     def now(self) -> datetime.datetime:
         found = self.row("db_now")
