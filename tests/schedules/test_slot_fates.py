@@ -163,3 +163,17 @@ def test_a_worker_drops_a_forbid_run_whose_lease_is_busy(
                  message="the run dropped on the busy lease")
     # The newest slot ran (and was dropped); the one before it was missed (catch-up latest).
     assert [fate for _, fate in history(client, "held")] == ["dropped", "missed"]
+
+
+def test_a_deferral_marks_only_a_slot_still_enqueued_and_moves_only_its_own_count(
+        client: Client, db: Database) -> None:
+    """job_cancelled and job_release share one fate-keyed CTE (fragment_slot_fate): each
+    fate moves its own count, and a deferral never overwrites a slot's later fate."""
+    client.schedules.upsert("swap", interval="1m", job_class=JOB, overlap="Replace", now=T0)
+    client.schedules.enqueue_due(now=at(12, 1, 1))
+    [claim] = db.jobs.claim(host="test", limit=1, grace_seconds=60)
+    client.schedules.enqueue_due(now=at(12, 2, 1))  # the running run is asked to stop
+    assert history(client, "swap") == [("12:02", "enqueued"), ("12:01", "replaced")]
+    assert db.jobs.release(job_id=claim.id, claim_token=claim.claim_token, deferral=True)
+    assert counts(client, "swap") == {"enqueued": 2, "replaced": 1, "deferred": 1}
+    assert history(client, "swap") == [("12:02", "enqueued"), ("12:01", "replaced")]

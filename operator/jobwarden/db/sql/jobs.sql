@@ -302,20 +302,12 @@ WITH ended AS (
 ),
 slot_run AS (
     SELECT e.schedule_name,
-           substr(e.unique_key, length(e.schedule_name) + 2)::timestamptz AS slot
+           substr(e.unique_key, length(e.schedule_name) + 2)::timestamptz AS slot,
+           'dropped'::text AS fate
     FROM ended AS e
     WHERE %(dropped)s::boolean AND {fragment_slot_run}
 ),
-fate_counted AS (
-    UPDATE {schema}.schedules AS s SET dropped_count = s.dropped_count + 1, updated_at = now()
-    FROM slot_run AS r WHERE s.name = r.schedule_name
-    RETURNING s.name
-),
-fate_marked AS (
-    UPDATE {schema}.schedule_slots AS h SET fate = 'dropped', recorded_at = now()
-    FROM slot_run AS r WHERE h.schedule_name = r.schedule_name AND h.slot = r.slot
-    RETURNING h.slot
-),
+{fragment_slot_fate},
 recorded AS ({fragment_attempt_record}),
 done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
 {fragment_notify_done}
@@ -326,6 +318,29 @@ SELECT ended.id FROM ended, notified;
 -- not a run-now, whose key is `<name>:run-now:<id>`).
 e.schedule_name IS NOT NULL
       AND e.unique_key LIKE e.schedule_name || ':____-__-__T__:__:__Z'
+
+-- name: fragment_slot_fate
+-- A later fate of a schedule slot's run, decided by the statement that includes this
+-- (job_cancelled: "dropped"; job_release: "deferred"), from its CTE `slot_run`
+-- (schedule_name, slot, fate; no row when the job is not such a run): the fate's
+-- count on the schedule moves and the slot's history row is marked, in that same
+-- statement. A deferral marks only a slot still "enqueued" (one fate per slot: a
+-- slot already replaced or dropped stays so); a drop marks it whatever it was.
+fate_counted AS (
+    UPDATE {schema}.schedules AS s
+    SET dropped_count = s.dropped_count + (r.fate = 'dropped')::integer,
+        deferred_count = s.deferred_count + (r.fate = 'deferred')::integer,
+        updated_at = now()
+    FROM slot_run AS r WHERE s.name = r.schedule_name
+    RETURNING s.name
+),
+fate_marked AS (
+    UPDATE {schema}.schedule_slots AS h SET fate = r.fate, recorded_at = now()
+    FROM slot_run AS r
+    WHERE h.schedule_name = r.schedule_name AND h.slot = r.slot
+      AND (r.fate <> 'deferred' OR h.fate = 'enqueued')
+    RETURNING h.slot
+)
 
 -- name: job_release
 -- Give a claim back without running it (a busy lease, or a prefetched job at
@@ -344,21 +359,12 @@ WITH released AS (
 ),
 slot_run AS (
     SELECT e.schedule_name,
-           substr(e.unique_key, length(e.schedule_name) + 2)::timestamptz AS slot
+           substr(e.unique_key, length(e.schedule_name) + 2)::timestamptz AS slot,
+           'deferred'::text AS fate
     FROM released AS e
     WHERE %(deferral)s::integer = 1 AND e.deferrals = 1 AND {fragment_slot_run}
 ),
-fate_counted AS (
-    UPDATE {schema}.schedules AS s SET deferred_count = s.deferred_count + 1, updated_at = now()
-    FROM slot_run AS r WHERE s.name = r.schedule_name
-    RETURNING s.name
-),
-fate_marked AS (
-    UPDATE {schema}.schedule_slots AS h SET fate = 'deferred', recorded_at = now()
-    FROM slot_run AS r
-    WHERE h.schedule_name = r.schedule_name AND h.slot = r.slot AND h.fate = 'enqueued'
-    RETURNING h.slot
-)
+{fragment_slot_fate}
 SELECT id FROM released;
 
 -- name: job_heartbeat_many
