@@ -147,7 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                                   " WHERE extname = 'pg_stat_statements'").fetchone()
         if statements:
             conn.execute("SELECT pg_stat_statements_reset()")
-    out = tempfile.mktemp(prefix="hops-", suffix=".json")
+    handle, out = tempfile.mkstemp(prefix="hops-", suffix=".json")
+    os.close(handle)
     child = subprocess.Popen([sys.executable, "-m", "bench.hops", "--dsn", args.dsn,
                               "--child", out, "--jobs", str(args.jobs),
                               "--warmup", str(args.warmup)],

@@ -93,3 +93,19 @@ def test_growth_quick_runs_every_curve_side_by_side_and_a_short_soak(
         left = conn.execute("SELECT count(*) FROM pg_database WHERE datname LIKE %s",
                             (f"{prefix}%",)).fetchone()
     assert left == (0,)
+
+
+def test_hops_times_every_hop_of_a_few_jobs(dsn: str, tmp_path: Path) -> None:
+    """``python -m bench.hops``: the per-hop breakdown of docs/benchmarks.md keeps working."""
+    out = tmp_path / "hops.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.hops", "--dsn", dsn, "--jobs", "5", "--warmup", "1",
+         "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads(out.read_text())
+    for hop in ("enqueue", "notify", "to-claim", "claim", "hand-off", "body", "total"):
+        assert report[hop]["p50"] == report[hop]["p50"], hop  # a number, not NaN
+    assert report["total"]["p50"] > report["claim"]["p50"] > 0
+    assert report["worker_cpu_per_job_ms"]["mean"] > 0
