@@ -52,9 +52,11 @@ def test_a_pod_killed_mid_run_ends_by_the_dead_worker_rules(
     scenarios.killed_mid_run(realkube.site(), job, after)
 
 
-def test_replace_stops_the_old_pod_before_the_new_run_starts(realkube: RealCluster) -> None:
+@pytest.mark.parametrize("forced", [False, True], ids=["graceful", "forced"])
+def test_replace_stops_the_old_pod_before_the_new_run_starts(realkube: RealCluster,
+                                                             forced: bool) -> None:
     realkube.install()
-    scenarios.replace_stops_the_old_pod_first(realkube.site())
+    scenarios.replace_stops_the_old_pod_first(realkube.site(), forced=forced)
 
 
 def test_an_exclusive_job_in_a_pod_defers_while_its_key_is_held_without_a_pod(

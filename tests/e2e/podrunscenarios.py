@@ -17,6 +17,7 @@ after a history limit deleted the job's row.
 from __future__ import annotations
 
 import dataclasses
+import signal
 import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -72,19 +73,24 @@ def scrape(port: int, name: str, **labels: str) -> float:
 
 # -- manifests ---------------------------------------------------------------------------
 
-def template(*, env: Sequence[dict[str, Any]] = (), **pod: Any) -> dict[str, Any]:
+def template(*, env: Sequence[dict[str, Any]] = (), run_env: dict[str, str] | None = None,
+             **pod: Any) -> dict[str, Any]:
+    """A run pod's template: run-job's timings (``RUN_ENV``, ``run_env`` over it), ``env``
+    added, ``pod`` fields over the pod spec's."""
+    timings = {**RUN_ENV, **(run_env or {})}
     return {"metadata": {"labels": {"team": "e2e"}},
             "spec": {"terminationGracePeriodSeconds": 10, **pod, "containers": [{
                 "name": "job", "image": "example/jobs:1",
-                "env": [*({"name": k, "value": v} for k, v in RUN_ENV.items()), *env]}]}}
+                "env": [*({"name": k, "value": v} for k, v in timings.items()), *env]}]}}
 
 
 def schedule(site: Site, name: str, job: str, *, interval: str = "2s",
-             data: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+             data: dict[str, Any] | None = None, pod: dict[str, Any] | None = None,
+             **spec: Any) -> dict[str, Any]:
     return {"apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
             "metadata": {"name": name, "namespace": site.namespace},
             "spec": {"interval": interval, "job": {"class": job, "data": data or {}},
-                     "podTemplate": template(), "dsnSecretRef": {"name": site.secret},
+                     "podTemplate": pod or template(), "dsnSecretRef": {"name": site.secret},
                      **spec}}
 
 
@@ -221,12 +227,18 @@ def killed_mid_run(site: Site, job: str, after: JobStatus) -> None:
               what="the PodKilled event")
 
 
-def replace_stops_the_old_pod_first(site: Site) -> None:
+def replace_stops_the_old_pod_first(site: Site, *, forced: bool = False) -> None:
     """Replace with a run that ignores cancel requests (it never heartbeats): only stopping
-    its pod (SIGTERM at deletion, SIGKILL past the grace) ends it; the old run ends
-    ``cancelled`` before the new run starts, and the old pod's process is gone."""
+    its pod ends it, and the old run ends ``cancelled`` before the new run starts.
+
+    Graceful (``forced=False``): the pod's deletion sends SIGTERM and run-job, past its
+    stop grace (3 s, inside the pod's 10 s), records the stop itself and exits 13.
+    Forced: run-job would wait 60 s but the pod's grace is 2 s, so the process is
+    SIGKILLed, records nothing, and the operator ends the claim as ``pod replaced``."""
+    pod = (template(run_env={"JOBWARDEN_STOP_GRACE": "60"}, terminationGracePeriodSeconds=2)
+           if forced else template())
     site.api.create(schedule(site, "replaced", "tests.support.podrunjobs:Stubborn",
-                             interval="8s", data={"seconds": 120},
+                             interval="8s", data={"seconds": 120}, pod=pod,
                              concurrencyPolicy="Replace"))
     row = f"{site.namespace}/replaced"
 
@@ -241,14 +253,17 @@ def replace_stops_the_old_pod_first(site: Site) -> None:
     old, new = jobs[0], jobs[1]
     assert old.finished_at is not None and new.heartbeat_at is not None
     assert old.finished_at <= new.heartbeat_at  # the new run started after the old ended
-    # Stopped by its pod's deletion: run-job records it on SIGTERM (else the operator does,
-    # with the cause "replaced", once the pod is gone).
-    assert old.last_error is not None and ("SIGTERM" in old.last_error
-                                           or "replaced" in old.last_error), old.last_error
     assert "StoppingPod" in events(site, "replaced")
     old_pod = next(pod for pod in started_pods(site, "replaced")
                    if job_of_pod(site, pod) == old.id)
-    assert site.kubelet.process(old_pod).proc.poll() is not None  # the old pod ended
+    ended = site.kubelet.process(old_pod).proc.poll()
+    assert old.last_error is not None
+    if forced:
+        assert ended == -signal.SIGKILL, ended
+        assert "pod replaced" in old.last_error, old.last_error
+    else:
+        assert ended == 13, ended  # run-job: stopped by SIGTERM past its stop grace
+        assert "SIGTERM" in old.last_error, old.last_error
     assert not audit_of(site, "end", old.id)  # stopped early
     assert audit_of(site, "start", old.id)
 
