@@ -112,6 +112,39 @@ def sizes(dsn: str) -> dict[str, Any]:
             "autovacuums": row[4], "autoanalyzes": row[5]}
 
 
+def _statements_reset(dsn: str) -> bool:
+    """Zero pg_stat_statements if the server loads it (``shared_preload_libraries``)."""
+    try:
+        _sql(dsn, "CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        _sql(dsn, "SELECT pg_stat_statements_reset()")
+    except psycopg.Error:
+        return False
+    return True
+
+
+def server_time(dsn: str, *, jobs: int) -> dict[str, Any]:
+    """The server's own execution time during the drain, per job (pg_stat_statements).
+
+    A figure the machine's load moves far less than a wall-clock rate: the time
+    the server spent executing the system's statements (COMMIT included: with
+    fsync on, a durable commit's WAL flush is part of what a job costs), divided
+    by the jobs that ran. The top statements say where it went.
+    """
+    rows = _sql(dsn, "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 120), calls,"
+                     " total_exec_time, shared_blks_hit + shared_blks_read"
+                     " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
+                     " WHERE datname = current_database()) AND query NOT LIKE"
+                     " '%%pg_stat_statements%%' ORDER BY total_exec_time DESC")
+    total = sum(r[2] for r in rows)
+    commits = sum(r[2] for r in rows if r[0].strip().upper() in ("COMMIT", "END"))
+    blocks = sum(r[3] for r in rows)
+    return {"jobs": jobs, "exec_ms_per_job": total / jobs if jobs else 0.0,
+            "exec_ms_per_job_without_commit": (total - commits) / jobs if jobs else 0.0,
+            "buffers_per_job": blocks / jobs if jobs else 0.0,
+            "top": [{"query": q, "calls": c, "total_ms": t, "buffers": b}
+                    for q, c, t, b in rows[:5]]}
+
+
 def percentiles(timings: list[float]) -> dict[str, float]:
     return {"p50_ms": measure.percentile(timings, 50), "p99_ms": measure.percentile(timings, 99)}
 
@@ -247,8 +280,11 @@ async def point(system: base.System, server_dsn: str, dbname: str, *, pending: i
         record: dict[str, Any] = {"fill_seconds": time.perf_counter() - filling,
                                   "filled": database_sizes(dsn), "load_before": load()}
         record["claim"] = percentiles(await system.claim_latencies(dsn, samples=samples))
+        statements = _statements_reset(dsn)
         record["drain"] = await drain(system.name, dsn, processes=processes, jobs=drain_jobs,
                                       seconds=drain_seconds, timeout=timeout)
+        if statements:
+            record["server"] = server_time(dsn, jobs=record["drain"]["started_in_all"])
         record["load_after"] = load()
     return record
 
@@ -291,6 +327,11 @@ def summarize(plans: list[dict[str, Any]], runs: list[dict[str, Any]],
                 "claim_p50_ms": statistics.median(r["claim"]["p50_ms"] for r in mine),
                 "claim_p99_ms": statistics.median(r["claim"]["p99_ms"] for r in mine),
                 "runs": [round(r["drain"]["jobs_per_s"]) for r in mine],
+                **({"server_ms_per_job": statistics.median(
+                        r["server"]["exec_ms_per_job"] for r in mine),
+                    "server_buffers_per_job": statistics.median(
+                        r["server"]["buffers_per_job"] for r in mine)}
+                   if all("server" in r for r in mine) else {}),
                 "load": [min(loads), max(loads)],
             }
         summary[plan["name"]] = row
@@ -360,6 +401,16 @@ def render(plans: list[dict[str, Any]], summary: dict[str, Any], systems: list[s
             ratio = jw.get("ratios", {}).get(peer)
             text += f"{ratio['claim_p50']:>9.2f}x" if ratio else f"{'-':>10}"
         lines.append(text)
+    if any("server_ms_per_job" in f for row in summary.values() for f in row.values()):
+        lines.append("server time per job (pg_stat_statements: ms executing, buffers touched):")
+        for plan in plans:
+            row = summary[plan["name"]]
+            text = f"  {plan['name']:<38}"
+            for name in systems:
+                f = row.get(name, {})
+                text += (f"{f['server_ms_per_job']:>13.3f} ms {f['server_buffers_per_job']:>5.0f} b"
+                         if "server_ms_per_job" in f else f"{'-':>24}")
+            lines.append(text)
     lines.append(f"('!': more than {DEGRADATION_LIMIT:.0%} below the system's own first figure;"
                  " jw/x: Jobwarden's figure over the peer's -- above 1 is faster throughput,"
                  " below 1 a faster claim)")
@@ -392,11 +443,14 @@ async def curves(args: argparse.Namespace, systems: list[base.System],
                     runs.append(entry)
                     continue
                 runs.append(entry)
+                server = entry.get("server")
                 print(f"  {system.name:<14} {plan['name']:<38} "
                       f"{entry['drain']['jobs_per_s']:8,.0f} jobs/s ({entry['drain']['jobs']:>6,}"
                       f" jobs)   claim p50/p99 "
                       f"{entry['claim']['p50_ms']:6.2f} / {entry['claim']['p99_ms']:6.2f} ms"
-                      f"   fill {entry['fill_seconds']:5.1f} s   load "
+                      f"   fill {entry['fill_seconds']:5.1f} s"
+                      + (f"   server {server['exec_ms_per_job']:.3f} ms/job" if server else "")
+                      + "   load "
                       f"{entry['load_before']:.1f}-{entry['load_after']:.1f}", flush=True)
     if runs:
         record["summary"] = summarize(plans, runs, names)
