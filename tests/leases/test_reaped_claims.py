@@ -61,3 +61,37 @@ def test_a_lease_taken_over_since_stays_with_its_new_holder(client: jobwarden.Cl
     assert [j.id for j in client.db.jobs.reap()] == [claim.id]
     assert client.db.leases.owner_of("key:moved") == successor.owner
     assert successor.release() is True
+
+
+def _deferred_on(client: jobwarden.Client, dsn: str, name: str, *, priority: int = 0) -> int:
+    """A pending job deferred on ``name`` for 30 s, as a busy claim leaves it."""
+    job_id = client.enqueue(testjobs.Record, priority=priority).id
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("UPDATE jobwarden.jobs SET lease_name = %s, "
+                     "run_at = now() + interval '30 seconds' WHERE id = %s", (name, job_id))
+    return job_id
+
+
+def _due_now(dsn: str, job_ids: list[int]) -> dict[int, bool]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute("SELECT id, run_at <= now() FROM jobwarden.jobs WHERE id = ANY(%s)",
+                            (job_ids,)).fetchall()
+    return {r[0]: r[1] for r in rows}
+
+
+def test_reaping_a_claim_hands_its_lease_to_the_next_job_deferred_on_it(
+        client: jobwarden.Client, dsn: str) -> None:
+    claim, _token = _claim_with_lease(client, "key:report")
+    first = _deferred_on(client, dsn, "key:report", priority=5)
+    second = _deferred_on(client, dsn, "key:report")
+    elsewhere = _deferred_on(client, dsn, "key:other")
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute("LISTEN jobwarden_jobs")
+        _heartbeats_stop(dsn, claim.id)
+        assert [j.id for j in client.db.jobs.reap()] == [claim.id]
+        # The workers of its queue hear of it, as after a holder's own release.
+        heard = [n.payload for n in listener.notifies(timeout=10, stop_after=1)]
+    assert heard == [testjobs.Record.queue]
+    # One job at a time (the highest priority first); the others keep their delay.
+    assert _due_now(dsn, [first, second, elsewhere]) == {first: True, second: False,
+                                                        elsewhere: False}

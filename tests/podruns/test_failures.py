@@ -150,6 +150,33 @@ def test_the_lease_is_released_fenced_on_its_claim(client: jobwarden.Client,
     assert (lease.owner, lease.token) == (owner, token)
 
 
+def test_the_next_run_deferred_on_the_freed_lease_is_due_at_once(
+        client: jobwarden.Client, db: Database) -> None:
+    # Replace's shape: the next slot's run was claimed while the old run held the
+    # schedule lease, and deferred; the old pod is then stopped. Its end frees the
+    # lease and hands it on, so the next pass starts the new run instead of waiting
+    # out the defer delay (up to 30 s).
+    old = enqueue_pod_run(client, {"n": 1}, lease_name="schedule:handover", on_busy="defer")
+    old_claim = _claim(db)
+    new = enqueue_pod_run(client, {"n": 2}, lease_name="schedule:handover", on_busy="defer")
+    batch = podruns.claim_pod_runs(db, pod_runs=[POD], claimant=CLAIMANT, start_deadline=60,
+                                   limit=1)
+    assert (batch.claims, batch.deferred) == ([], 1)
+    assert row(db, new, "status::text", "run_at > now()") == ("pending", True)
+
+    podruns.fail_pod_run(db, old, old_claim.claim_token, cause="replaced", message="replaced")
+
+    assert row(db, new, "run_at <= now()") == (True,)
+    [claim] = _claim_batch(db)
+    assert claim.job_id == new and claim.lease_token is not None
+    assert claim.lease_token > (old_claim.lease_token or 0)
+
+
+def _claim_batch(db: Database) -> list[podruns.PodRunClaim]:
+    return podruns.claim_pod_runs(db, pod_runs=[POD], claimant=CLAIMANT, start_deadline=60,
+                                  limit=1).claims
+
+
 def test_running_pod_runs_show_a_replace_and_whether_the_pod_started(
         client: jobwarden.Client, db: Database) -> None:
     first = enqueue_pod_run(client, {"n": 1})

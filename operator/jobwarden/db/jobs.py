@@ -228,6 +228,7 @@ class JobsTable:
     def reap(self, *, limit: int = 500) -> list[ReapedJob]:
         rows = self._db.rows("job_reap", {"limit": limit,
                                           "lease_channel": self._db.leases.channel,
+                                          "jobs_channel": self.channel,
                                           "done_channel": self.done_channel})
         return [
             ReapedJob(id=r[0], queue=r[1], job_class=r[2], status=JobStatus(r[3]),

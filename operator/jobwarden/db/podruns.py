@@ -73,7 +73,7 @@ class PodRunsTable:
         """End a claim whose pod failed (dead-worker rules); None when fenced."""
         found = self._db.row("pod_run_fail", {
             "id": job_id, "token": claim_token, "error": error, "retry_in": retry_in_seconds,
-            "lease_channel": self._db.leases.channel,
+            "lease_channel": self._db.leases.channel, "jobs_channel": self._db.jobs.channel,
             "done_channel": self._db.jobs.done_channel})
         if found is None:
             return None

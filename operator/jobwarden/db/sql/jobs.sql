@@ -423,13 +423,14 @@ recorded AS ({fragment_attempt_record}),
 -- after the lease window. A holder that was only paused finds out at its next
 -- renewal (lease lost), exactly as if the lease had lapsed.
 freed AS ({fragment_free_ended_claims_lease}),
+{fragment_wake_deferred_on_freed},
 done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
 {fragment_notify_done}
 SELECT ended.id, ended.queue, ended.job_class, ended.status_after, ended.claimed_by,
        (SELECT count(*) FROM freed),
        (SELECT count(*) FROM (SELECT pg_notify(%(lease_channel)s, name) FROM freed
                               WHERE waiting_until > now()) AS n)
-FROM ended, notified;
+FROM ended, notified, woken_notified;
 
 -- name: job_get
 SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
@@ -582,6 +583,33 @@ FROM ended AS e
 WHERE l.name = e.lease_name AND l.slot = 0 AND l.token = e.lease_token
   AND l.owner = e.claim_token::text
 RETURNING l.name, l.waiting_until
+
+-- name: fragment_wake_deferred_on_freed
+-- Shared by the statements that free a lease for a claimant that cannot release it
+-- itself (the reaper, a pod run's end): the next job deferred on each freed lease
+-- (highest priority, oldest) is made due now, and the workers of its queue are
+-- woken, as a holder's own release does (lease_release's wake_jobs). Without it the
+-- job waited out its defer delay (up to 30 s) for a lease that was already free: a
+-- Replace's next pod run started up to 30 s late, and never with an interval that
+-- short. One job per lease, so a crowd deferred on one key does not stampede.
+-- Expects a `freed(name)` CTE; the jobs it reads are pending in this statement's
+-- snapshot, so none of them is a row the `ended` CTE just changed.
+woken AS (
+    UPDATE {schema}.jobs AS j SET run_at = now(), updated_at = now()
+    FROM freed, LATERAL (
+        SELECT x.id FROM {schema}.jobs AS x
+        WHERE x.status = 'pending' AND x.lease_name = freed.name AND x.run_at > now()
+        ORDER BY x.priority DESC, x.id
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ) AS next_job
+    WHERE j.id = next_job.id
+    RETURNING j.queue
+),
+woken_notified AS (
+    SELECT count(pg_notify(%(jobs_channel)s, q.queue)) AS n
+    FROM (SELECT DISTINCT queue FROM woken) AS q
+)
 
 -- name: fragment_attempt_record
 -- Shared by every statement that ends an attempt (complete, fail, cancelled, reap):

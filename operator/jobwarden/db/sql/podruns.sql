@@ -104,12 +104,13 @@ WITH ended AS (
 ),
 recorded AS ({fragment_attempt_record}),
 freed AS ({fragment_free_ended_claims_lease}),
+{fragment_wake_deferred_on_freed},
 done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
 {fragment_notify_done}
 SELECT ended.status_after, ended.queue, ended.job_class, (SELECT count(*) FROM freed),
        (SELECT count(*) FROM (SELECT pg_notify(%(lease_channel)s, name) FROM freed
                               WHERE waiting_until > now()) AS n)
-FROM ended, notified;
+FROM ended, notified, woken_notified;
 
 -- name: pod_run_attempt
 -- The attempt a claim counted (for the backoff of pod_run_fail); fenced like it.
