@@ -7,7 +7,7 @@
 -- Take a plain lease (slot 0, or any one slot by number) in ONE statement: insert
 -- the row, or take over a row that is free or whose holder's time ran out; a
 -- durable commit (the fencing token must survive a crash). The function
--- (migration 0015) holds the statement and its reasoning: its plans are cached
+-- (migration 0014) holds the statement and its reasoning: its plans are cached
 -- per server process, which a pooler-safe statement of its own cannot be.
 -- job_id/claim_token also record the lease on that claimed job row. Busy: the
 -- holder's row, or nothing when it vanished meanwhile (the caller reads again).
