@@ -105,7 +105,7 @@ class _Request:
         data_json = EncodedData(data, encode_payload(data))
         if unique_key is not None:
             # Blank was refused before; NUL and lone surrogates now too (same rule).
-            textrules.check_name(unique_key, "unique_key", max_length=10_000)
+            textrules.check_unique_key(unique_key)
         return JobSpec(job_class=self.path, data=data, unique_key=unique_key,
                        data_json=data_json, **self.fields)
 
@@ -123,10 +123,10 @@ class _Request:
                 datas = [encode(cls, d) for d in items]
             datas_json = encode_payloads(datas)
             if keys is not None:
-                check = textrules.check_name
+                check = textrules.check_unique_key
                 for key in keys:
                     if key is not None:
-                        check(key, "unique_key", max_length=10_000)
+                        check(key)
                 if all(k is None for k in keys):
                     keys = None
         except Exception:

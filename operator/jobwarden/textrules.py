@@ -17,6 +17,10 @@ from jobwarden import errors
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 #: Queue names: the jobs_queue_length constraint.
 MAX_QUEUE_LENGTH = 128
+#: A unique key's UTF-8 length: it is a btree key (jobs_unique_key_idx), whose entries
+#: must fit in a third of a page (2,704 bytes with the entry's header); longer keys
+#: failed in the server with "index row size ... exceeds" as a database fault.
+MAX_UNIQUE_KEY_BYTES = 2000
 
 
 #: The longest input quoted back in an error message: input is not a log.
@@ -55,6 +59,18 @@ def check_name(value: object, what: str, *, max_length: int) -> str:
         raise errors.InvalidInput(
             f"{what} is {len(value)} characters; at most {max_length} are allowed")
     return check_text(value, what)
+
+
+def check_unique_key(value: object) -> str:
+    """A job's unique key: a name (:func:`check_name`) that fits its unique index."""
+    key = check_name(value, "unique_key", max_length=MAX_UNIQUE_KEY_BYTES)
+    if len(key) * 4 > MAX_UNIQUE_KEY_BYTES:  # only then can it be too long in UTF-8
+        size = len(key.encode("utf-8"))
+        if size > MAX_UNIQUE_KEY_BYTES:
+            raise errors.InvalidInput(
+                f"unique_key is {size} bytes in UTF-8; at most {MAX_UNIQUE_KEY_BYTES} are "
+                "allowed (it is an index key)")
+    return key
 
 
 def check_json_text(data: Any, what: str = "job data") -> None:

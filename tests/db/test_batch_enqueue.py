@@ -12,6 +12,7 @@ import datetime
 import random
 import string
 import threading
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -97,20 +98,38 @@ def _incompressible(length: int) -> str:
     return "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(length))
 
 
+@pytest.fixture
+def refusing_server(dsn: str) -> Iterator[dict[str, bool]]:
+    """The server refuses any job row whose data is ``{"refuse": true}`` (a trigger):
+    a row that passes every client check and fails in the server."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("""
+            CREATE FUNCTION jobwarden.refuse_marked() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.data = '{"refuse": true}'::jsonb THEN
+                    RAISE EXCEPTION 'refused by the test trigger';
+                END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER refuse_marked BEFORE INSERT ON jobwarden.jobs
+                FOR EACH ROW EXECUTE FUNCTION jobwarden.refuse_marked();""")
+    yield {"refuse": True}
+
+
 @pytest.mark.parametrize("where", [0, 500, 999])
 def test_a_row_the_server_refuses_stores_nothing_of_the_batch(
-        client: jobwarden.Client, db: Database, dsn: str, where: int) -> None:
-    """A key too large for the unique index passes the client's checks and fails
-    in the server, on one row: the batch is one statement, so no row of it is
-    stored, no id is reported and no worker is woken."""
-    keys: list[str | None] = [None] * 1000
-    keys[where] = _incompressible(9000)
+        client: jobwarden.Client, db: Database, dsn: str, where: int,
+        refusing_server: dict[str, bool]) -> None:
+    """A row that passes the client's checks and fails in the server: the batch is
+    one statement, so no row of it is stored, no id is reported and no worker is
+    woken."""
+    datas: list[object] = [{"n": n} for n in range(1000)]
+    datas[where] = refusing_server
     listener = db.listener("jobs")
     try:
         assert listener.wait(0.05) == []  # connected and listening
-        with pytest.raises(jobwarden.JobwardenError):
-            client.enqueue_many(testjobs.Record, [{"n": n} for n in range(1000)],
-                                unique_keys=keys)
+        with pytest.raises(psycopg.errors.RaiseException, match="test trigger"):
+            client.enqueue_many(testjobs.Record, datas)
         assert _rows(dsn) == 0
         client.enqueue(testjobs.Record, None, queue="after")  # the pool still works
         assert [p for _c, p in listener.wait(5.0)] == ["after"]
@@ -119,14 +138,35 @@ def test_a_row_the_server_refuses_stores_nothing_of_the_batch(
 
 
 def test_a_refused_batch_in_the_callers_transaction_leaves_nothing(
-        client: jobwarden.Client, dsn: str) -> None:
-    keys: list[str | None] = [None] * 100
-    keys[50] = _incompressible(9000)
-    with psycopg.connect(dsn) as conn, pytest.raises(jobwarden.JobwardenError), \
+        client: jobwarden.Client, dsn: str, refusing_server: dict[str, bool]) -> None:
+    datas: list[object] = [None] * 100
+    datas[50] = refusing_server
+    with psycopg.connect(dsn) as conn, pytest.raises(psycopg.errors.RaiseException), \
             conn.transaction():
         client.enqueue_many(testjobs.Record, [None] * 10, conn=conn)
-        client.enqueue_many(testjobs.Record, [None] * 100, unique_keys=keys, conn=conn)
+        client.enqueue_many(testjobs.Record, datas, conn=conn)
     assert _rows(dsn) == 0
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_a_unique_key_too_long_for_its_index_is_refused_and_nothing_is_stored(
+        client: jobwarden.Client, dsn: str, batch: bool) -> None:
+    """The key is a btree key: 2,000 bytes of UTF-8 at most. Longer keys failed in the
+    server ("index row size ... exceeds") as a database fault, not as bad input."""
+    longest = _incompressible(2000)
+    too_long = "\u00e9" * 1001  # 1,001 characters, 2,002 bytes
+    for key, message in ((too_long, "2002 bytes"), (longest + "x", "2001 characters")):
+        with pytest.raises(jobwarden.InvalidInput, match=message):
+            if batch:
+                client.enqueue_many(testjobs.Record, [None, None], unique_keys=["ok", key])
+            else:
+                client.enqueue(testjobs.Record, None, unique_key=key)
+    assert _rows(dsn) == 0
+    if batch:
+        [result] = client.enqueue_many(testjobs.Record, [None], unique_keys=[longest])
+    else:
+        result = client.enqueue(testjobs.Record, None, unique_key=longest)
+    assert client.job(result.id).unique_key == longest  # type: ignore[union-attr]
 
 
 def test_every_option_is_stored_as_a_single_enqueue_stores_it(
