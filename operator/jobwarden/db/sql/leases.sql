@@ -89,10 +89,17 @@ SELECT {schema}.lease_release(%(name)s, %(slot)s, %(owner)s, %(token)s, %(wake_j
 -- name: lease_mark_waiting
 -- A caller is about to block in wait() on this name until `seconds` from now:
 -- releases until then send a NOTIFY (see lease_release). Every slot of the name.
-UPDATE {schema}.leases
-SET waiting_until = greatest(coalesce(waiting_until, now()),
-                             now() + make_interval(secs => %(seconds)s))
-WHERE name = %(name)s;
+-- Not durable (synchronous_commit off for this transaction): a mark a crash
+-- forgets only means no NOTIFY, and the waiter still wakes at the holder's
+-- expiry and polls at least every second.
+WITH marked AS (
+    UPDATE {schema}.leases
+    SET waiting_until = greatest(coalesce(waiting_until, now()),
+                                 now() + make_interval(secs => %(seconds)s))
+    WHERE name = %(name)s
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM marked), set_config('synchronous_commit', 'off', true);
 
 -- name: lease_clear
 -- Force-release (operators): every held slot of a name, or only lapsed ones
