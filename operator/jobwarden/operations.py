@@ -217,6 +217,21 @@ def batch_for_many(job: JobRef, datas: Iterable[Any], *,
     return _request(job, **options).batch(items, keys)
 
 
+def _traced(span: tracing.EnqueueSpan | None,
+            plan: plans.Plan[list[EnqueueResult]]) -> plans.Plan[list[EnqueueResult]]:
+    """Run an insert plan inside its enqueue span (when tracing is on): ended with the
+    ids, or with the error, which is raised on."""
+    try:
+        results = yield from plan
+    except BaseException as exc:
+        if span is not None:
+            span.failed(exc)
+        raise
+    if span is not None:
+        span.done(results)
+    return results
+
+
 def enqueue(specs: Sequence[JobSpec], *, schema: str) -> plans.Plan[list[EnqueueResult]]:
     """Insert prepared rows (mixed classes allowed) in one statement.
 
@@ -227,14 +242,7 @@ def enqueue(specs: Sequence[JobSpec], *, schema: str) -> plans.Plan[list[Enqueue
     span = tracing.enqueue_span(specs)  # None unless OpenTelemetry is installed
     if span is not None:
         specs = span.stamped(specs)  # carrying the span's context into the rows
-    try:
-        results = yield from jobs_db.insert_plan(specs, channel=channel)
-    except BaseException as exc:
-        if span is not None:
-            span.failed(exc)
-        raise
-    if span is not None:
-        span.done(results)
+    results = yield from _traced(span, jobs_db.insert_plan(specs, channel=channel))
     counts = collections.Counter((item.queue, item.job_class)
                                  for item, result in zip(specs, results, strict=True)
                                  if not result.duplicate)
@@ -249,14 +257,7 @@ def enqueue_batch(batch: JobBatch, *, schema: str) -> plans.Plan[list[EnqueueRes
     span = tracing.batch_span(batch)  # None unless OpenTelemetry is installed
     if span is not None:
         batch = span.stamped_batch(batch)
-    try:
-        results = yield from jobs_db.insert_batch_plan(batch, channel=channel)
-    except BaseException as exc:
-        if span is not None:
-            span.failed(exc)
-        raise
-    if span is not None:
-        span.done(results)
+    results = yield from _traced(span, jobs_db.insert_batch_plan(batch, channel=channel))
     count = sum(1 for r in results if not r.duplicate)
     if count:
         metrics.JOBS_ENQUEUED.labels(batch.shared.queue, batch.shared.job_class).inc(count)

@@ -319,27 +319,14 @@ class ProcessKubelet:
         and its processes are killed (SIGKILL) -- nothing reports anything any more. What
         the control plane makes of it is its own (the node lifecycle controller marks the
         Node Unknown and taints it; the pods' tolerations decide when they are deleted)."""
-        self._beating.clear()
-        self._stop.set()
-        for thread in (self._beat_thread, self._thread):
-            if thread is not None:
-                thread.join(timeout=30)
-        with self._lock:
-            procs = [p for p in self.pods.values() if p.proc.poll() is None]
-        for pod in procs:
+        for pod in self._halt():
             with contextlib.suppress(ProcessLookupError):
                 pod.proc.kill()
             pod.killed = True
             pod.proc.wait(timeout=10)
 
     def stop(self, *, grace: float = 5.0) -> None:
-        self._stop.set()
-        self._beating.clear()
-        for thread in (self._thread, self._beat_thread):
-            if thread is not None:
-                thread.join(timeout=30)
-        with self._lock:
-            procs = [p for p in self.pods.values() if p.proc.poll() is None]
+        procs = self._halt()
         for pod in procs:
             with contextlib.suppress(ProcessLookupError):
                 pod.proc.send_signal(signal.SIGTERM)
@@ -350,6 +337,16 @@ class ProcessKubelet:
             except subprocess.TimeoutExpired:
                 pod.proc.kill()
                 pod.proc.wait(timeout=10)
+
+    def _halt(self) -> list[PodProcess]:
+        """Stop the kubelet's loops and heartbeats; the pod processes still running."""
+        self._beating.clear()
+        self._stop.set()
+        for thread in (self._beat_thread, self._thread):
+            if thread is not None:
+                thread.join(timeout=30)
+        with self._lock:
+            return [p for p in self.pods.values() if p.proc.poll() is None]
 
     # -- queries for tests -----------------------------------------------------------------
 
