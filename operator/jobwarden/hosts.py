@@ -19,9 +19,10 @@ The pieces:
   claim loop, and drains itself on SIGTERM.
 
 The cap is enforced by the claim itself (``JobsTable.claim(host_cap=True)``):
-the host row is locked, then at most ``cap - running`` rows are claimed in the
-same transaction, so it holds across every process and tick on the host. The
-gate here is only a cheap early "no" (draining, stopping) and turns prefetch off
+the host row is locked (shared; a capped host's claims also queue on its advisory
+lock), then at most ``cap - running`` rows are claimed in the same transaction,
+so it holds across every process and tick on the host. The gate here is only a
+cheap early "no" (draining, stopping) and turns prefetch off
 on a capped host, where a prefetched job would hold a unit of the cap idle.
 
 Self-drain on SIGTERM is per process: the process row is marked ``stopping``

@@ -128,8 +128,10 @@ class JobsTable:
         caller finds what it claimed with :meth:`claims_of_batch`.
 
         With ``host_cap`` the claim goes through the host registry: the host's row
-        is locked first, so nothing is claimed while it drains (or is not
-        registered) and at most cap - running across every process on the host.
+        is locked first (shared: a capped host's claims also queue on its advisory
+        lock, an uncapped host's do not wait for each other), so nothing is claimed
+        while it drains (or is not registered) and at most cap - running across
+        every process on the host.
         """
         if limit <= 0:
             return []

@@ -505,14 +505,20 @@ GROUP BY queue ORDER BY queue;
 -- name: db_now
 SELECT now();
 
+-- name: fragment_claim_serialized
+-- Did this transaction's host_claim_lock queue on the host's cap lock (hosts.sql)?
+(coalesce(current_setting('jobwarden.claim_serialized', true), '') = 'true')
+
 -- name: job_claim_capped_queues
 -- The claim under the host registry's per-host cap. Runs in a transaction right
--- after host_claim_lock (hosts.sql) locked this host's row, so this statement's
--- snapshot already contains every claim a sibling process on the same host
--- committed: at most cap - running rows are claimed, across all of them. The cap
--- and the drain are read here from that locked row (both statements travel in
--- one round trip): no cap claims up to the limit without counting; a draining or
--- unregistered host claims nothing (LIMIT 0).
+-- after host_claim_lock (hosts.sql) took this host's row FOR SHARE (and, for a
+-- capped host, the host's advisory lock), so this statement's snapshot already
+-- contains every claim a sibling process on the same host committed: at most
+-- cap - running rows are claimed, across all of them. The cap and the drain are
+-- read here from that locked row (both statements travel in one round trip): no
+-- cap claims up to the limit without counting; a draining or unregistered host
+-- claims nothing (LIMIT 0), and so does a capped claim whose lock statement saw
+-- no cap (it did not queue behind its siblings, so it cannot count).
 WITH gate AS (
     SELECT coalesce(h.host_cap, p.host_cap) AS cap
     FROM {schema}.hosts AS h LEFT JOIN {schema}.host_pools AS p ON p.name = h.pool
@@ -529,6 +535,7 @@ picked AS (
       AND pod_run IS NULL AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
     LIMIT coalesce((SELECT CASE WHEN g.cap IS NULL THEN %(limit)s::bigint
+                               WHEN NOT {fragment_claim_serialized} THEN 0
                                ELSE greatest(least(%(limit)s::bigint,
                                                    g.cap - (SELECT n FROM running)), 0) END
                     FROM gate AS g), 0)
@@ -554,6 +561,7 @@ picked AS (
       AND {fragment_queue_not_paused}
     ORDER BY priority DESC, run_at, id
     LIMIT coalesce((SELECT CASE WHEN g.cap IS NULL THEN %(limit)s::bigint
+                               WHEN NOT {fragment_claim_serialized} THEN 0
                                ELSE greatest(least(%(limit)s::bigint,
                                                    g.cap - (SELECT n FROM running)), 0) END
                     FROM gate AS g), 0)
