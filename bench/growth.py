@@ -583,15 +583,11 @@ def main(argv: list[str] | None = None) -> int:
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    systems: list[base.System] = []
-    for name in (n.strip() for n in args.systems.split(",") if n.strip()):
-        try:
-            systems.append(adapters.load(name))
-        except adapters.Unavailable as exc:
-            if not args.allow_missing:
-                print(f"cannot measure {exc} (--allow-missing skips it)", file=sys.stderr)
-                return 2
-            print(f"skipping {exc}", file=sys.stderr)
+    loaded = adapters.load_all([n.strip() for n in args.systems.split(",") if n.strip()],
+                               allow_missing=args.allow_missing, verb="measure")
+    if loaded is None:
+        return 2
+    systems: list[base.System] = loaded
     facts = databases.server_facts(args.dsn)
     print(f"server: {facts}")
     started = datetime.datetime.now(datetime.UTC)

@@ -282,15 +282,10 @@ async def _main(args: argparse.Namespace) -> int:
         print(f"unknown --measure group(s): {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
     names = [] if args.systems == "none" else [n.strip() for n in args.systems.split(",")]
-    systems: list[base.System] = []
-    for name in names:
-        try:
-            systems.append(adapters.load(name))
-        except adapters.Unavailable as exc:
-            if not args.allow_missing:
-                print(f"cannot benchmark {exc} (--allow-missing skips it)", file=sys.stderr)
-                return 2
-            print(f"skipping {exc}", file=sys.stderr)
+    loaded = adapters.load_all(names, allow_missing=args.allow_missing, verb="benchmark")
+    if loaded is None:
+        return 2
+    systems: list[base.System] = loaded
     measured = [s.name for s in systems]
     primary = args.primary or (
         "jobwarden" if "jobwarden" in measured else (measured[0] if measured else None)

@@ -22,6 +22,7 @@ from jobwarden.db import jobs as db_jobs
 from jobwarden.db.database import Database
 from jobwarden.structs.jobs import EnqueueResult
 from tests.support import testjobs
+from tests.support.namedqueries import counting
 
 #: Text at the edges of JSON and UTF-8: raw non-ASCII (BMP and astral), a literal
 #: backslash-u0000 (not a NUL), escapes, quotes, DEL, a BOM, and keys like them.
@@ -205,14 +206,7 @@ def test_every_option_is_stored_as_a_single_enqueue_stores_it(
 def test_a_batch_too_large_for_one_json_value_goes_through_copy(
         client: jobwarden.Client, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(db_jobs, "BATCH_JSON_MAX_BYTES", 100)
-    calls: list[str] = []
-    original = db.rows
-
-    def counting(name: str, *args: object, **kwargs: object) -> object:
-        calls.append(name)
-        return original(name, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(db, "rows", counting)
+    calls = counting(db, monkeypatch)
     existing = client.enqueue(testjobs.Record, None, unique_key="k-7")
     calls.clear()
     results = client.enqueue_many(testjobs.Record, TRICKY * 10,

@@ -14,6 +14,7 @@ from jobwarden.db.database import Database
 from jobwarden.db.jobs import COPY_MIN_ROWS
 from jobwarden.structs.jobs import EnqueueResult, JobSpec
 from tests.support import testjobs
+from tests.support.namedqueries import counting
 
 
 def test_enqueue_returns_the_id_and_a_duplicate_returns_the_same_id(
@@ -36,22 +37,9 @@ def test_enqueue_copies_the_class_settings_into_the_row(client: jobwarden.Client
     assert record.status is jobwarden.JobStatus.PENDING
 
 
-def _counting(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record the named queries ``db`` runs from now on."""
-    calls: list[str] = []
-    original = db.rows
-
-    def counting(name: str, *args: object, **kwargs: object) -> object:
-        calls.append(name)
-        return original(name, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(db, "rows", counting)
-    return calls
-
-
 def test_enqueue_many_is_one_statement_and_keeps_its_order(
         client: jobwarden.Client, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
-    calls = _counting(db, monkeypatch)
+    calls = counting(db, monkeypatch)
     results = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(1000)])
     assert calls == ["job_insert_batch"]  # ids, rows and NOTIFY: one round trip
     assert len({r.id for r in results}) == 1000
@@ -64,7 +52,7 @@ def test_enqueue_many_is_one_statement_and_keeps_its_order(
 def test_a_large_batch_of_specs_is_one_copy_and_keeps_its_order(
         client: jobwarden.Client, db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     specs = [client.spec(testjobs.Record, {"n": n}) for n in range(1000)]
-    calls = _counting(db, monkeypatch)
+    calls = counting(db, monkeypatch)
     results = client.enqueue_specs(specs)
     assert calls == ["job_copy_begin"]  # then the COPY itself: no per-row statement
     assert len({r.id for r in results}) == 1000
@@ -101,7 +89,7 @@ def test_unique_keys_give_the_same_per_row_results_on_every_path(
     (A specs batch that clashes is redone by the one-statement INSERT.)"""
     fresh_calls, clash_calls, repeat_calls = _PATH_CALLS[path]
     existing = client.enqueue(testjobs.Record, None, unique_key="k-5")
-    calls = _counting(db, monkeypatch)
+    calls = counting(db, monkeypatch)
     size = 100
     keys: list[str | None] = [f"k-{n}" for n in range(size)]
     clashing = _enqueue(client, path, [{"n": n} for n in range(size)], keys)
@@ -145,7 +133,7 @@ def test_unique_keys_give_the_same_per_row_results_on_every_path(
 def test_small_batches_are_one_statement(client: jobwarden.Client, db: Database,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     client.enqueue(testjobs.Record, None, unique_key="k-5")
-    calls = _counting(db, monkeypatch)
+    calls = counting(db, monkeypatch)
     keyed = client.enqueue_many(testjobs.Record, [{"n": n} for n in range(10)],
                                 unique_keys=[f"k-{n % 7}" for n in range(10)])
     assert calls == ["job_insert_batch", "job_ids_by_unique_key"]
