@@ -155,18 +155,21 @@ def batch_node(cluster: RealCluster, name: str) -> ProcessKubelet:
                           labels={"pool": "batch"}, taints=[BATCH_TAINT], heartbeat=1.0).start()
 
 
-@pytest.mark.parametrize(("job", "after"), [
-    ("tests.support.podrunjobs:FirstSlow", JobStatus.COMPLETED),
-    ("tests.support.podrunjobs:FirstSlowOnce", JobStatus.INTERRUPTED),
-], ids=["idempotent-retried", "non-idempotent-interrupted"])
-def test_a_run_whose_node_is_lost_ends_by_the_dead_worker_rules(
-        lifecycle_plane: ControlPlane, dsn: str, client: Client, tmp_path: Path, job: str,
-        after: JobStatus) -> None:
-    """The operator's node heartbeats; the run pod goes to a batch node (nodeSelector and a
-    toleration of its taint) that dies mid-run: heartbeats stop, processes killed. The
-    node lifecycle controller marks it Unknown and taints it unreachable; the taint
-    eviction controller deletes the pod (tolerationSeconds 2) with a DisruptionTarget
-    condition; the operator judges node_lost. A replacement batch node takes the retry."""
+#: The two runs on the node that is lost, as (ExclusiveJob, job, status after): both on
+#: one node, lost once (each node-loss cycle waits out the controllers' grace).
+LOST_RUNS = (("far-i", "tests.support.podrunjobs:FirstSlow", JobStatus.COMPLETED),
+             ("far-n", "tests.support.podrunjobs:FirstSlowOnce", JobStatus.INTERRUPTED))
+
+
+def test_runs_whose_node_is_lost_end_by_the_dead_worker_rules(
+        lifecycle_plane: ControlPlane, dsn: str, client: Client, tmp_path: Path) -> None:
+    """The operator's node heartbeats; two run pods (idempotent, non-idempotent) go to a
+    batch node (nodeSelector and a toleration of its taint) that dies mid-run: heartbeats
+    stop, processes killed. The node lifecycle controller marks it Unknown and taints it
+    unreachable; the taint eviction controller deletes the pods (tolerationSeconds 2)
+    with a DisruptionTarget condition; the operator judges node_lost. The idempotent run
+    is retried on a replacement batch node; the non-idempotent one ends interrupted,
+    never started again."""
     namespace = f"t-{uuid.uuid4().hex[:10]}"
     lost: ProcessKubelet | None = None
     spare: ProcessKubelet | None = None
@@ -179,39 +182,45 @@ def test_a_run_whose_node_is_lost_ends_by_the_dead_worker_rules(
             unreachable = [{"key": f"node.kubernetes.io/{key}", "operator": "Exists",
                             "effect": "NoExecute", "tolerationSeconds": 2}
                            for key in ("unreachable", "not-ready")]
-            cluster.kubectl.apply(exclusive(
-                "far", namespace, job=job, data={"seconds": 300},
-                nodeSelector={"pool": "batch"},
-                tolerations=[{"key": BATCH_TAINT["key"], "operator": "Exists",
-                              "effect": "NoSchedule"}, *unreachable]))
-            first = cluster.wait(lambda: (j := job_of(cluster, "far")) is not None
-                                 and any(r[0] == j.id for r in audit_rows(dsn, "start")) and j,
-                                 timeout=180, what="the job began in a pod on the batch node")
-            pod = f"far-j{first.id}-1"
-            assert (cluster.api.get("pods", pod, namespace) or {})["spec"]["nodeName"] \
-                == lost.node
+            for name, job, _after in LOST_RUNS:
+                cluster.kubectl.apply(exclusive(
+                    name, namespace, job=job, data={"seconds": 300},
+                    nodeSelector={"pool": "batch"},
+                    tolerations=[{"key": BATCH_TAINT["key"], "operator": "Exists",
+                                  "effect": "NoSchedule"}, *unreachable]))
+            firsts = {name: cluster.wait(
+                lambda name=name: (j := job_of(cluster, name)) is not None
+                and any(r[0] == j.id for r in audit_rows(dsn, "start")) and j,
+                timeout=180, what=f"{name}'s job began in a pod on the batch node")
+                for name, _job, _after in LOST_RUNS}
+            pods = {name: f"{name}-j{first.id}-1" for name, first in firsts.items()}
+            for pod in pods.values():
+                assert (cluster.api.get("pods", pod, namespace) or {})["spec"]["nodeName"] \
+                    == lost.node
             lost.lose()
             spare = batch_node(cluster, f"batch-b-{namespace}")
-            done = cluster.wait(lambda: (j := job_of(cluster, "far")) is not None
-                                and j.status is after and j, timeout=180,
-                                what=f"the job {after.value} after its node was lost")
-            attempts = cluster.client.attempts(done.id)
-            assert attempts[0].error is not None
-            assert attempts[0].error.startswith(f"pod node_lost: {pod}:"), attempts[0].error
-            starts = [r[1] for r in audit_rows(dsn, "start") if r[0] == done.id]
-            if after is JobStatus.COMPLETED:
-                assert done.attempts == 2 and starts == [1, 2]
-                assert cluster.api.get("pods", f"far-j{done.id}-2", namespace)["spec"][
-                    "nodeName"] == spare.node  # the retry ran on the replacement node
-            else:
-                assert done.attempts == 1 and starts == [1]  # never started again
-            cluster.wait(lambda: "PodNodeLost" in reasons(cluster, "far"), timeout=30,
-                         what="the operator's PodNodeLost event")
-            gone = cluster.api.get("pods", pod, namespace)
-            if gone is not None:  # Terminating on a node that will never confirm it
-                assert any(c["type"] == "DisruptionTarget"
-                           and c["reason"] == "DeletionByTaintManager"
-                           for c in gone["status"]["conditions"])
+            for name, _job, after in LOST_RUNS:
+                done = cluster.wait(lambda name=name, after=after: (
+                    j := job_of(cluster, name)) is not None and j.status is after and j,
+                    timeout=180, what=f"{name}'s job {after.value} after its node was lost")
+                attempts = cluster.client.attempts(done.id)
+                assert attempts[0].error is not None
+                assert attempts[0].error.startswith(f"pod node_lost: {pods[name]}:"), \
+                    attempts[0].error
+                starts = [r[1] for r in audit_rows(dsn, "start") if r[0] == done.id]
+                if after is JobStatus.COMPLETED:
+                    assert done.attempts == 2 and starts == [1, 2]
+                    assert cluster.api.get("pods", f"{name}-j{done.id}-2", namespace)[
+                        "spec"]["nodeName"] == spare.node  # the retry ran on the spare node
+                else:
+                    assert done.attempts == 1 and starts == [1]  # never started again
+                cluster.wait(lambda name=name: "PodNodeLost" in reasons(
+                    cluster, name), timeout=30, what=f"{name}'s PodNodeLost event")
+                gone = cluster.api.get("pods", pods[name], namespace)
+                if gone is not None:  # Terminating on a node that will never confirm it
+                    assert any(c["type"] == "DisruptionTarget"
+                               and c["reason"] == "DeletionByTaintManager"
+                               for c in gone["status"]["conditions"])
             node = cluster.api.get("nodes", lost.node or "", None) or {}
             assert any(t["key"] == "node.kubernetes.io/unreachable"
                        for t in node.get("spec", {}).get("taints") or [])

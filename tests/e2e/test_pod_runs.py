@@ -11,6 +11,7 @@ tests/e2e/podrunscenarios.py, shared with the real control plane's tier
 
 from __future__ import annotations
 
+import os
 import threading
 
 import kmock
@@ -25,6 +26,15 @@ from tests.e2e.conftest import NAMESPACE, OPERATOR_ENV, Cluster
 
 pytestmark = pytest.mark.slow
 
+#: The scenarios the real control plane's tier also runs, with the same code: where that
+#: tier runs (the kube tools are built: the test command exports their directory), the
+#: emulator's copy proves nothing more and only lengthens the run. Without Go they run
+#: here, so every machine runs them once.
+on_the_real_plane = pytest.mark.skipif(
+    bool(os.environ.get("JOBWARDEN_KUBE_TOOLS_BIN")),
+    reason="runs on the real control plane here (tests/cluster/"
+           "test_pod_run_scenarios_on_cluster.py)")
+
 
 def test_one_pod_and_one_job_per_slot_across_two_operators_with_history_pruned(
         cluster: Cluster) -> None:
@@ -32,6 +42,7 @@ def test_one_pod_and_one_job_per_slot_across_two_operators_with_history_pruned(
     scenarios.one_pod_and_one_job_per_slot([cluster.site], "tick")
 
 
+@on_the_real_plane
 @pytest.mark.parametrize(("job", "after"), [
     ("tests.support.testjobs:Sleepy", JobStatus.COMPLETED),
     ("tests.support.testjobs:SleepyOnce", JobStatus.INTERRUPTED),
@@ -41,6 +52,7 @@ def test_a_pod_killed_mid_run_ends_by_the_dead_worker_rules(cluster: Cluster, jo
     scenarios.killed_mid_run(cluster.site, job, after)
 
 
+@on_the_real_plane
 def test_replace_stops_the_old_pod_before_the_new_run_starts(cluster: Cluster) -> None:
     scenarios.replace_stops_the_old_pod_first(cluster.site)
 
