@@ -355,6 +355,33 @@ def summarize(plans: list[dict[str, Any]], runs: list[dict[str, Any]],
     return summary
 
 
+def _row(name: str, row: dict[str, Any], systems: list[str], cell: Any, ratio_key: str) -> str:
+    """One point's line: each system's cell (``-`` when it has no figure), then
+    Jobwarden's ratio to each peer under ``ratio_key``."""
+    text = f"  {name:<38}"
+    for system in systems:
+        f = row.get(system)
+        text += f"{'-':>24}" if f is None else cell(f)
+    jw = row.get("jobwarden", {})
+    for peer in (s for s in systems if s != "jobwarden"):
+        ratio = jw.get("ratios", {}).get(peer)
+        text += f"{ratio[ratio_key]:>9.2f}x" if ratio else f"{'-':>10}"
+    return text
+
+
+def _throughput(f: dict[str, Any]) -> str:
+    change = f.get("vs_small_table")
+    mark = "!" if change is not None and change < -DEGRADATION_LIMIT else " "
+    return f"{f['jobs_per_s']:>13,.0f}" + (
+        f" ({change:+5.0%}){mark}" if change is not None else " " * 10)
+
+
+def _claim(f: dict[str, Any]) -> str:
+    change = f.get("claim_vs_small_table")
+    return f"{f['claim_p50_ms']:>7.2f} / {f['claim_p99_ms']:>6.2f}" + (
+        f" ({change:+4.0%})" if change is not None else " " * 8)
+
+
 def render(plans: list[dict[str, Any]], summary: dict[str, Any], systems: list[str]) -> str:
     lines = ["throughput, jobs/s (median; change against the system's own first figure):"]
     head = f"  {'point':<38}" + "".join(f"{s:>24}" for s in systems)
@@ -364,45 +391,16 @@ def render(plans: list[dict[str, Any]], summary: dict[str, Any], systems: list[s
     lines.append(head + "   load")
     for plan in plans:
         row = summary[plan["name"]]
-        text = f"  {plan['name']:<38}"
-        for name in systems:
-            f = row.get(name)
-            if f is None:
-                text += f"{'-':>24}"
-                continue
-            change = f.get("vs_small_table")
-            mark = "!" if change is not None and change < -DEGRADATION_LIMIT else " "
-            text += f"{f['jobs_per_s']:>13,.0f}" + (
-                f" ({change:+5.0%}){mark}" if change is not None else " " * 10)
-        jw = row.get("jobwarden", {})
-        for peer in peers:
-            ratio = jw.get("ratios", {}).get(peer)
-            text += f"{ratio['jobs_per_s']:>9.2f}x" if ratio else f"{'-':>10}"
+        text = _row(plan["name"], row, systems, _throughput, "jobs_per_s")
         loads = [v for f in row.values() for v in f["load"]]
         if loads:
             text += f"   {min(loads):.1f}-{max(loads):.1f}"
         lines.append(text)
     lines.append("claim latency p50 / p99, ms (median; p50 change against the first figure):")
-    lines.append(f"  {'point':<38}" + "".join(f"{s:>24}" for s in systems)
-                 + "".join(f"{'jw/' + p[:5]:>10}" for p in peers if "jobwarden" in systems))
+    lines.append(head)
     for plan in plans:
-        if plan["curve"] != "sizes":
-            continue
-        row = summary[plan["name"]]
-        text = f"  {plan['name']:<38}"
-        for name in systems:
-            f = row.get(name)
-            if f is None:
-                text += f"{'-':>24}"
-                continue
-            change = f.get("claim_vs_small_table")
-            text += f"{f['claim_p50_ms']:>7.2f} / {f['claim_p99_ms']:>6.2f}" + (
-                f" ({change:+4.0%})" if change is not None else " " * 8)
-        jw = row.get("jobwarden", {})
-        for peer in peers:
-            ratio = jw.get("ratios", {}).get(peer)
-            text += f"{ratio['claim_p50']:>9.2f}x" if ratio else f"{'-':>10}"
-        lines.append(text)
+        if plan["curve"] == "sizes":
+            lines.append(_row(plan["name"], summary[plan["name"]], systems, _claim, "claim_p50"))
     if any("server_ms_per_job" in f for row in summary.values() for f in row.values()):
         lines.append("server time per job (pg_stat_statements: ms executing statements other"
                      " than COMMIT, buffers touched):")

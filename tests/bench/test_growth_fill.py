@@ -61,6 +61,13 @@ async def _through_the_api(system: base.System, dsn: str, *, completed: int,
         await client.enqueue_batch(completed, pending)
 
 
+def _peer(name: str) -> base.System:
+    """The peer's adapter, or a skip where its library (the bench extra) is missing."""
+    if importlib.util.find_spec(PEER_MODULES[name]) is None:
+        pytest.skip(f"{name} is not installed (the bench extra)")
+    return adapters.load(name)
+
+
 async def _filled(system: base.System, dsn: str, *, completed: int, pending: int) -> None:
     await system.install(dsn)
     await system.fill(dsn, pending=pending, completed=completed)
@@ -69,9 +76,7 @@ async def _filled(system: base.System, dsn: str, *, completed: int, pending: int
 @pytest.mark.parametrize("name", sorted(PEER_MODULES))
 def test_fill_leaves_the_rows_the_systems_own_enqueue_and_worker_leave(
         pg_server: str, name: str) -> None:
-    if importlib.util.find_spec(PEER_MODULES[name]) is None:
-        pytest.skip(f"{name} is not installed (the bench extra)")
-    system = adapters.load(name)
+    system = _peer(name)
     tag = uuid.uuid4().hex[:8]
     with databases.fresh_database(pg_server, f"bench_fill_api_{tag}") as api_dsn, \
             databases.fresh_database(pg_server, f"bench_fill_sql_{tag}") as sql_dsn:
@@ -85,9 +90,7 @@ def test_fill_leaves_the_rows_the_systems_own_enqueue_and_worker_leave(
 @pytest.mark.parametrize("name", sorted(PEER_MODULES))
 def test_claim_probe_claims_one_job_per_sample_and_gives_them_back(
         pg_server: str, name: str) -> None:
-    if importlib.util.find_spec(PEER_MODULES[name]) is None:
-        pytest.skip(f"{name} is not installed (the bench extra)")
-    system = adapters.load(name)
+    system = _peer(name)
     with databases.fresh_database(pg_server, f"bench_probe_{uuid.uuid4().hex[:8]}") as dsn:
         asyncio.run(_filled(system, dsn, completed=0, pending=10))
         before, versions = _shape(dsn, name), _row_versions(dsn, name)

@@ -19,9 +19,7 @@ class Stubborn(jobwarden.Job):
 
     def perform(self, data: Any) -> str:
         audit(self, "start")
-        deadline = time.monotonic() + float(data.get("seconds", 60))
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
+        _keep_running(float(data.get("seconds", 60)))
         audit(self, "end")
         return "done"
 
@@ -37,9 +35,7 @@ class Hog(jobwarden.Job):
         held = bytearray(int(data.get("mb", 256)) * 1024 * 1024)
         for index in range(0, len(held), 4096):  # touch every page: resident, not virtual
             held[index] = 1
-        deadline = time.monotonic() + float(data.get("seconds", 60))
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
+        _keep_running(float(data.get("seconds", 60)))
         audit(self, "end")
         return "held"
 
@@ -60,9 +56,7 @@ class Filler(jobwarden.Job):
                     handle.write(os.urandom(1024 * 1024))
                 handle.flush()
                 os.fsync(handle.fileno())
-            deadline = time.monotonic() + float(data.get("seconds", 60))
-            while time.monotonic() < deadline:
-                time.sleep(0.05)
+            _keep_running(float(data.get("seconds", 60)))
         audit(self, "end")
         return "filled"
 
@@ -82,9 +76,7 @@ class FirstSlow(jobwarden.Job):
     def perform(self, data: Any) -> str:
         audit(self, "start")
         if self.attempt == 1:
-            deadline = time.monotonic() + float(data.get("seconds", 120))
-            while time.monotonic() < deadline:
-                time.sleep(0.05)
+            _keep_running(float(data.get("seconds", 120)))
         audit(self, "end")
         return "done"
 
@@ -93,3 +85,11 @@ class FirstSlowOnce(FirstSlow):
     """A non-idempotent FirstSlow: its node lost mid-run it ends interrupted."""
 
     idempotent = False
+
+
+def _keep_running(seconds: float) -> None:
+    """The job's work: a process that stays busy for ``seconds`` (short sleeps, so a
+    signal or a kill finds it mid-run), long enough for its pod to be lost under it."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
