@@ -83,6 +83,45 @@ def test_prepared_statements_are_off_by_default_and_would_break_pgbouncer_1_18(
         bouncer.close()
 
 
+def test_lease_pairs_prepared_by_text_through_pgbouncer_1_18(dsn: str) -> None:
+    """The lease calls are protocol-level prepared statements named by their text
+    (db/calls.py): through a pooler that hops between fewer server connections than
+    clients they must never fail, never run another statement, and stay fenced."""
+    bouncer = PgBouncer(dsn, pool_size=2)
+    try:
+        with Database(bouncer.dsn, min_size=4, max_size=4) as db:
+            client = jobwarden.Client(database=db)
+            seen: list[str] = []
+            tokens: dict[int, list[int]] = {}
+
+            def pairs(n: int) -> None:
+                mine = tokens.setdefault(n, [])
+                try:
+                    for _ in range(40):
+                        with client.lease(f"bounced-{n}", ttl=30) as lease:
+                            mine.append(lease.token)
+                        assert lease.released and not lease.lost
+                        # Fencing through the pooler: a stale token frees nothing.
+                        assert db.leases.release(name=f"bounced-{n}", owner=lease.owner,
+                                                 token=lease.token) is False
+                except Exception as exc:  # every failure is reported below
+                    seen.append(f"{type(exc).__name__}: {exc}")
+
+            threads = [threading.Thread(target=pairs, args=(n,)) for n in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join(120)
+            assert seen == []
+            for n, mine in tokens.items():
+                assert len(mine) == 40 and mine == sorted(set(mine))  # strictly increasing
+                assert db.leases.read(f"bounced-{n}")[0].owner is None
+            print(f"\nlease pairs through pgbouncer 1.18: {db.connections.prepared_misses} "
+                  "prepared statements missed on a hopped-to server connection")
+    finally:
+        bouncer.close()
+
+
 def test_a_bad_prepared_statements_setting_is_a_configuration_error(
         monkeypatch: pytest.MonkeyPatch, dsn: str) -> None:
     monkeypatch.setenv(PREPARED_STATEMENTS_ENV, "sometimes")

@@ -29,6 +29,7 @@ from jobwarden.db.basics import Connection as Connection
 from jobwarden.db.basics import Params as Params
 from jobwarden.db.basics import Row as Row
 from jobwarden.db.basics import channel_name as channel_name
+from jobwarden.db.calls import PreparedCall
 from jobwarden.db.faults import first_line as _first_line
 from jobwarden.db.faults import translate_errors as translate_errors
 from jobwarden.db.pool import CONNECT_TIMEOUT_SECONDS as CONNECT_TIMEOUT_SECONDS
@@ -96,6 +97,7 @@ class Database:
         self.podruns = _podruns.PodRunsTable(self)
         #: Which pooled connections hold which SQL-level prepared statements.
         self.prepared = PreparedStatements()
+        self._calls: dict[str, PreparedCall] = {}
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -150,6 +152,17 @@ class Database:
             with translate_errors(), self.connections.counting_faults():
                 return conn.execute(self.sql(name), params).fetchall()
         return self.connections.statement(self.q[name], params, fetch=True)[0]
+
+    def call(self, name: str, params: Params) -> list[Row]:
+        """Rows of a hot named query run as a protocol-level prepared statement.
+
+        For the few statements run so often that parsing and planning the call
+        itself shows (the lease pair); see ``db/calls.py``, pooler-safe by naming.
+        """
+        call = self._calls.get(name)
+        if call is None:
+            call = self._calls[name] = PreparedCall.of(name, self.sql(name))
+        return self.connections.call(call, params)
 
     def in_one_round_trip(self, steps: list[tuple[str, Params | None]], *,
                           prepared: bool = False) -> list[list[Row]]:

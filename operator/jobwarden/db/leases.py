@@ -79,7 +79,8 @@ class LeasesTable:
         params = {"name": stored, "owner": owner, "host": host, "ttl": ttl, "slots": slots,
                   "slot": 0, "job_id": job_id, "claim_token": claim_token}
         if slots == 1:
-            found = self._db.row("lease_acquire", params)
+            rows = self._db.call("lease_acquire", params)
+            found = rows[0] if rows else None
         else:
             if job_id is not None:
                 raise ValueError("a job lease has one slot")
@@ -137,11 +138,11 @@ class LeasesTable:
         ``wake_jobs``: also make the next job deferred on this lease due now (an
         index probe; a script holding ``key:<k>`` to hold jobs back gets it too).
         """
-        found = self._db.row("lease_release", {
+        found = self._db.call("lease_release", {
             "name": lease_name(name), "slot": slot, "owner": owner, "token": token,
             "channel": self.channel, "wake_jobs": wake_jobs, "jobs_channel": self.jobs_channel,
         })
-        return bool(found and found[0])
+        return bool(found and found[0][0])
 
     def mark_waiting(self, name: str, *, seconds: float) -> None:
         """Announce a waiter until ``seconds`` from now, so releases NOTIFY (see ``watch``)."""

@@ -28,6 +28,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from jobwarden import errors
 from jobwarden.db.basics import Connection, Params, Row
+from jobwarden.db.calls import MISSES_BEFORE_PLAIN, PreparedCall, run_prepared
 from jobwarden.db.faults import first_line as _first_line
 from jobwarden.db.faults import translate_errors, translated
 from jobwarden.settings import PREPARED_STATEMENTS_ENV as PREPARED_STATEMENTS_ENV
@@ -105,6 +106,9 @@ class Pool:
         #: Bumped whenever a statement failed for a connection-level reason: every
         #: pooled connection last checked before that is checked again at checkout.
         self._faults = 0
+        #: Prepared calls a server connection did not hold (see ``db/calls.py``);
+        #: at MISSES_BEFORE_PLAIN the pool sends their plain text for good.
+        self.prepared_misses = 0
         try:
             #: The psycopg pool itself (tests hold its connections to exhaust it).
             self.pool: ConnectionPool[Connection] = ConnectionPool(
@@ -179,6 +183,41 @@ class Pool:
                 conn._jobwarden_cursor = cur  # type: ignore[attr-defined]
             cur.execute(query, params)
             return (cur.fetchall() if fetch else []), cur.rowcount
+        except psycopg.Error as exc:
+            if isinstance(exc, psycopg.OperationalError):
+                self._faults += 1
+            mine = translated(exc)
+            if mine is None:
+                raise
+            raise mine from exc
+        finally:
+            self.pool.putconn(conn)
+
+    def call(self, call: PreparedCall, params: Params) -> list[Row]:
+        """The rows of one hot named query, run as a protocol-level prepared statement.
+
+        The same checkout, fault counting and error translation as :meth:`statement`;
+        see ``db/calls.py`` for why these statements are prepared and why that is
+        safe behind a pooler. A statement the server connection lost runs as plain
+        text instead (nothing ran the first time).
+        """
+        if self.prepared_misses >= MISSES_BEFORE_PLAIN:
+            return self.statement(call.text, params, fetch=True)[0]
+        try:
+            conn = self._checkout()
+        except PoolTimeout as exc:
+            raise _timed_out(exc) from exc
+        try:
+            rows = run_prepared(conn, call, params)
+            if rows is None:
+                self.prepared_misses += 1
+                if self.prepared_misses == MISSES_BEFORE_PLAIN:
+                    logger.info("prepared statements are lost between calls (a pooler?): "
+                                "sending plain statements from now on")
+                with conn.cursor() as cur:
+                    cur.execute(call.text.encode(), params)
+                    rows = cur.fetchall()
+            return rows
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 self._faults += 1
