@@ -35,11 +35,11 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import datetime as dt
-import hashlib
 import uuid
 from typing import TYPE_CHECKING, Any
 
 from jobwarden import definitions, errors, metrics
+from jobwarden.digests import sha256_hex
 from jobwarden.schedules import expressions
 from jobwarden.schedules.slots import job_spec, passed_slots, slot_key
 from jobwarden.schedules.validation import compute_spec_hash, validate
@@ -369,7 +369,7 @@ class Schedules:
         token = request if request is not None else uuid.uuid4().hex
         key = f"{name}:run-now:{token}"
         if len(key) > 200:
-            key = f"{name[:100]}:run-now:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+            key = f"{name[:100]}:run-now:{sha256_hex(key)[:32]}"
         spec = dataclasses.replace(spec, unique_key=key,
                                    on_busy="defer" if spec.lease_name else spec.on_busy)
         [result] = self.db.jobs.insert_many([spec])

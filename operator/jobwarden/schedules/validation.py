@@ -8,13 +8,13 @@ Bad input raises :class:`~jobwarden.schedules.ScheduleError` naming the field.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import re
 from typing import Any
 
 from jobwarden import definitions, errors, textrules
+from jobwarden.digests import sha256_hex
 from jobwarden.schedules import expressions, planning, walltime
 from jobwarden.schedules.errors import ScheduleError
 from jobwarden.structs import podruns, policies
@@ -104,7 +104,7 @@ def _checked_data(name: str, job: JobRef, cls: type[definitions.Job] | None, dat
 def compute_spec_hash(fields: dict[str, Any]) -> str:
     """A stable hash of a definition: the same on every host, Python version and cluster."""
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+    return sha256_hex(text)[:32]
 
 
 def validate(

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import hashlib
 import math
 from typing import Any
+
+from jobwarden.digests import sha256_hex
 
 #: The column's limit (CHECK in 0002_leases.sql); longer names are hashed.
 MAX_NAME_LENGTH = 200
@@ -28,7 +29,7 @@ def lease_name(raw: str) -> str:
         raise ValueError("a lease name must not be empty")
     if len(raw) <= MAX_NAME_LENGTH:
         return raw
-    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
+    digest = sha256_hex(raw)
     return f"{raw[:MAX_NAME_LENGTH - _DIGEST_LENGTH - 1]}#{digest}"
 
 
