@@ -7,7 +7,10 @@ MiB. Every worker-side number comes from a fresh ``bench.child`` process.
 from __future__ import annotations
 
 import asyncio
+import compileall
 import contextlib
+import functools
+import importlib.util
 import json
 import math
 import os
@@ -104,8 +107,30 @@ class Child:
         return bytes(self._stderr[-2000:]).decode(errors="replace")
 
 
+@functools.cache
+def compile_bytecode(system: str) -> None:
+    """Compile the bytecode of ``system``'s package and of the harness, once per run.
+
+    Why: a worker child's idle RSS is one of the figures, and a module CPython
+    compiles from source at import leaves about 1.5 MiB of freed compiler memory
+    in the malloc heap of an idle Jobwarden worker (docs/benchmarks.md, "Idle
+    worker RSS", fifth round). An installed peer (``pip install`` compiles every
+    module) never pays that, while a source checkout does whenever nothing has
+    written its ``__pycache__`` yet, or never can (``PYTHONDONTWRITEBYTECODE``).
+    Compiled here, every system is imported the way an installed package is.
+    Already compiled files are only checked (their source's time and size).
+    """
+    spec = importlib.util.find_spec(system)
+    folders = [str(_ROOT / "bench")]
+    if spec is not None and spec.submodule_search_locations:
+        folders += list(spec.submodule_search_locations)
+    for folder in folders:
+        compileall.compile_dir(folder, quiet=2)
+
+
 @contextlib.asynccontextmanager
 async def child(system: str, dsn: str, *args: str) -> AsyncIterator[Child]:
+    compile_bytecode(system)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_ROOT), env.get("PYTHONPATH")]))
     proc = await asyncio.create_subprocess_exec(
