@@ -111,10 +111,15 @@ class AsyncLoop:
 
 
 class ThreadIsolation:
-    """Runs attempts in the calling slot thread (async jobs on the shared loop)."""
+    """Runs attempts in the calling slot thread (async jobs on the shared loop).
+
+    The loop and its thread start with the first ``async def`` job: a worker whose
+    jobs are all plain functions never has them (docs/benchmarks.md, "Idle worker RSS").
+    """
 
     def __init__(self) -> None:
-        self._async = AsyncLoop()
+        self._async: AsyncLoop | None = None
+        self._async_lock = threading.Lock()
         self._interruptible: dict[int, int] = {}  # job id -> thread id while in perform
         self._pending_exc: set[int] = set()
         self._lock = threading.Lock()
@@ -125,7 +130,7 @@ class ThreadIsolation:
         try:
             instance = prepare(job_class, attempt, context)
             if definitions.is_async(job_class):
-                result = self._async.run(
+                result = self._loop().run(
                     perform_async(instance, data, attempt.claim.timeout_seconds)
                 )
             else:
@@ -137,6 +142,12 @@ class ThreadIsolation:
             ):
                 return Failed(error=describe(exc), reason="error", exception=exc)
             return failure_from(exc, attempt)
+
+    def _loop(self) -> AsyncLoop:
+        with self._async_lock:
+            if self._async is None:
+                self._async = AsyncLoop()
+            return self._async
 
     def _run_sync(self, attempt: Attempt, instance: definitions.Job, data: Any) -> Any:
         ident = threading.get_ident()
@@ -168,7 +179,10 @@ class ThreadIsolation:
             )
 
     def close(self) -> None:
-        self._async.close()
+        with self._async_lock:
+            loop, self._async = self._async, None
+        if loop is not None:
+            loop.close()
 
 
 def call_hook(hook: Callable[..., Any], *args: Any, **kwargs: Any) -> BaseException | None:

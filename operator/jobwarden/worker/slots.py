@@ -7,6 +7,17 @@ threads, each of which runs one attempt at a time through the
 :class:`~jobwarden.worker.running.AttemptRunner`. An attempt accepted, or
 taken from the queue, while the worker stops is given back at once (pending
 again, attempt refunded), never started.
+
+Slot threads start when there is work for them, not with the worker: an
+attempt accepted while no started slot thread is idle starts the next one (up
+to ``concurrency``), and a started thread stays. An idle worker holds no slot
+thread (a thread's stack and malloc arena are ~17 KiB resident each; docs/
+benchmarks.md, "Idle worker RSS"), a trickle of jobs keeps one, and a burst
+starts as many as it fills. The rule that makes this safe: every accepted
+attempt either takes the place of a thread that announced itself idle (it is
+in, or about to enter, the queue's ``get``) or starts a new thread; only once
+all ``concurrency`` threads exist may an attempt wait for a busy one, exactly
+as when they all started up front.
 """
 
 from __future__ import annotations
@@ -15,6 +26,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from jobwarden import logfields, metrics
 from jobwarden.structs.jobs import ClaimedJob
@@ -31,7 +43,8 @@ class Slots:
     """The ready queue, the attempts in hand and the slot threads' loop."""
 
     def __init__(self, runner: AttemptRunner, *, concurrency: int, capacity: Capacity,
-                 outcomes: Outcomes, stopping: threading.Event) -> None:
+                 outcomes: Outcomes, stopping: threading.Event,
+                 spawn: Callable[[str, Callable[[], None]], None]) -> None:
         self.runner = runner
         self.concurrency = concurrency
         self.capacity = capacity
@@ -43,6 +56,12 @@ class Slots:
         self._active_lock = threading.Lock()
         #: Moving average of attempt durations, for automatic prefetch.
         self._avg_duration: float | None = None
+        self._spawn = spawn
+        self._threads_lock = threading.Lock()
+        #: Slot threads started so far (they never end before the worker stops).
+        self.started = 0
+        #: Started slot threads idle and not yet promised an accepted attempt.
+        self._idle = 0
 
     def average_duration(self) -> float | None:
         """Moving average of attempt durations in seconds (None before the first)."""
@@ -69,6 +88,7 @@ class Slots:
             self._give_back(attempt)
         else:
             self._ready.put(attempt)
+            self._ensure_thread()
         # After the hand-off: the slot thread wakes meanwhile (enqueue-to-start path).
         metrics.JOB_QUEUE_WAIT.labels(claim.queue).observe(claim.queue_wait_seconds)
 
@@ -77,9 +97,26 @@ class Slots:
                                              reason="shutdown"))
         self.capacity.give(1)
 
+    def _ensure_thread(self) -> None:
+        """A slot thread for the attempt just queued: an idle one, else a new one if allowed."""
+        with self._threads_lock:
+            if self._idle > 0:
+                self._idle -= 1  # that thread's next get() takes it (or an earlier one)
+                return
+            if self.started >= self.concurrency:
+                return  # every slot busy: it waits for the first to finish, as always
+            number = self.started
+            self.started += 1
+        self._spawn(f"slot-{number}", self.slot_loop)
+
     def slot_loop(self) -> None:
         """One ``slot-N`` thread: run ready attempts one at a time until told to end."""
+        first = True
         while True:
+            if not first:
+                with self._threads_lock:
+                    self._idle += 1
+            first = False  # a new thread was started for an attempt already queued
             attempt = self._ready.get()
             if attempt is None:
                 return
@@ -108,8 +145,15 @@ class Slots:
                 self._give_back(attempt)
 
     def end_threads(self) -> None:
-        """Tell every slot thread to return once it finished its current attempt."""
-        for _ in range(self.concurrency):
+        """Tell every slot thread to return once it finished its current attempt.
+
+        Called once accepting has ended (the worker is stopping: :meth:`accept` starts
+        no thread any more), so ``started`` is final.
+        """
+        with self._threads_lock:
+            started = self.started
+            self.started = self.concurrency  # none starts from here on
+        for _ in range(started):
             self._ready.put(None)
 
     def recorded(self, attempt: Attempt, outcome: Outcome, status: JobStatus | None) -> None:

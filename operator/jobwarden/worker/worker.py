@@ -11,10 +11,11 @@ owns the lifecycle (start, signals, graceful and forced stop, readiness):
   :mod:`jobwarden.worker.outcomes`
 - the threads and their crash rule: :mod:`jobwarden.worker.threads`
 
-Threads (all started in :meth:`Worker.start`):
+Threads (started in :meth:`Worker.start`, except the slots):
 
 ``fetch``      claims batches of due jobs for free slots; wakes on NOTIFY and polls.
-``slot-N``     runs one attempt at a time (``concurrency`` of them).
+``slot-N``     runs one attempt at a time (up to ``concurrency`` of them, each started
+               by the first attempt no started slot was free for: an idle worker has none).
 ``recorder``   writes outcomes, batched and fenced (see ``recorder.py``).
 ``heartbeat``  heartbeats every claim this process holds and enforces deadlines.
 ``maintain``   periodic tasks: the reaper, and the extensions' tasks.
@@ -142,7 +143,7 @@ class Worker:
                                     recorder=self.recorder, heartbeat_one=self.heartbeater.one)
         self.slots = Slots(self.runner, concurrency=settings.concurrency,
                            capacity=self.capacity, outcomes=self.outcomes,
-                           stopping=self._stopping)
+                           stopping=self._stopping, spawn=self._threads.spawn)
         #: The slots running an attempt right now (shutdown waits for all to be free).
         self.running_slots = self.slots.running
         self.claimer = Claimer(db, settings, capacity=self.capacity,
@@ -174,8 +175,7 @@ class Worker:
 
     def start(self) -> None:
         self._threads.spawn("fetch", self.claimer.fetch_loop)
-        for n in range(self.settings.concurrency):
-            self._threads.spawn(f"slot-{n}", self.slots.slot_loop)
+        # No slot thread yet: the first attempts start them (slots.py).
         self._threads.spawn("recorder", self.recorder.run)
         self._threads.spawn("heartbeat", self._heartbeat_loop)
         self._threads.spawn("maintain", self._maintenance_loop)
