@@ -2,11 +2,12 @@
 
 Why a module of its own: ``import hashlib`` loads OpenSSL's ``_hashlib`` and
 touches about 0.6 MiB of libcrypto, which every worker used to pay at start-up
-for digests that only some paths take (a lease name longer than the column, a
-schedule definition's hash, a run-now key). The prepared claim's statement
-names, on the hot path, use zlib checksums instead (``db/prepared.py``).
-Measured in docs/benchmarks.md, "Idle worker RSS" (fifth round);
-``tests/unit/test_meters.py`` checks that an idle worker has not imported it.
+for digests that only some paths take (a schedule definition's hash, a run-now
+key; ``structs/leases.py`` imports hashlib the same way for a name longer than
+the column). The prepared claim's statement names, on the hot path, use zlib
+checksums instead (``db/prepared.py``). Measured in docs/benchmarks.md, "Idle
+worker RSS" (fifth round); ``tests/worker/test_idle_worker.py`` checks that an
+idle worker has not imported it.
 """
 
 from __future__ import annotations

@@ -12,8 +12,6 @@ import datetime
 import math
 from typing import Any
 
-from jobwarden.digests import sha256_hex
-
 #: The column's limit (CHECK in 0002_leases.sql); longer names are hashed.
 MAX_NAME_LENGTH = 200
 _DIGEST_LENGTH = 64  # sha256, hex
@@ -29,7 +27,9 @@ def lease_name(raw: str) -> str:
         raise ValueError("a lease name must not be empty")
     if len(raw) <= MAX_NAME_LENGTH:
         return raw
-    digest = sha256_hex(raw)
+    import hashlib  # here, not at the top: it maps OpenSSL (see jobwarden.digests)
+
+    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
     return f"{raw[:MAX_NAME_LENGTH - _DIGEST_LENGTH - 1]}#{digest}"
 
 
