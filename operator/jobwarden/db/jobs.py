@@ -172,7 +172,7 @@ class JobsTable:
         """Record successes; returns the ids actually written (the rest were fenced)."""
         if not completions:
             return set()
-        rows = self._db.rows("job_complete_many", {
+        rows = self._db.prepared_rows("job_complete_many", {
             "ids": [c.id for c in completions],
             "tokens": [c.claim_token for c in completions],
             "results": [Jsonb(c.result) for c in completions],
@@ -192,33 +192,33 @@ class JobsTable:
 
     def fail(self, failure: Failure) -> JobStatus | None:
         """Record a failed attempt; returns the new status, or None when fenced."""
-        found = self._db.row("job_fail", {
+        found = self._db.prepared_rows("job_fail", {
             "id": failure.id, "token": failure.claim_token, "error": failure.error,
             "retryable": failure.retryable, "retry_in": failure.retry_in_seconds,
             "done_channel": self.done_channel,
         })
-        return JobStatus(found[0]) if found else None
+        return JobStatus(found[0][0]) if found else None
 
     def mark_cancelled(self, *, job_id: int, claim_token: uuid.UUID, error: str,
                        dropped: bool = False) -> bool:
         """Record a cancelled attempt; ``dropped``: never started, its lease was busy
         (on_busy = skip), which is a schedule slot's fate "dropped"."""
-        return self._db.row("job_cancelled", {"id": job_id, "token": claim_token,
-                                              "error": error, "dropped": dropped,
-                                              "done_channel": self.done_channel}) is not None
+        return bool(self._db.prepared_rows("job_cancelled", {
+            "id": job_id, "token": claim_token, "error": error, "dropped": dropped,
+            "done_channel": self.done_channel}))
 
     def release(self, *, job_id: int, claim_token: uuid.UUID, delay_seconds: float = 0.0,
                 deferral: bool = False) -> bool:
         """Give a claim back unrun (attempt refunded); False when fenced."""
-        return self._db.row("job_release", {
+        return bool(self._db.prepared_rows("job_release", {
             "id": job_id, "token": claim_token, "delay": delay_seconds, "deferral": int(deferral),
-        }) is not None
+        }))
 
     def heartbeat_many(self, claims: Sequence[tuple[int, uuid.UUID]], *,
                        grace_seconds: float) -> HeartbeatAck:
         if not claims:
             return HeartbeatAck(alive=frozenset(), cancel_requested=frozenset())
-        rows = self._db.rows("job_heartbeat_many", {
+        rows = self._db.prepared_rows("job_heartbeat_many", {
             "ids": [c[0] for c in claims], "tokens": [c[1] for c in claims],
             "grace": grace_seconds,
         })

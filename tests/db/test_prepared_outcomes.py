@@ -1,0 +1,182 @@
+"""The outcome writes run from per-connection prepared statements (issue 16).
+
+Why it matters: every outcome write (a batch of completions, a failure, a
+cancel, a release) and the heartbeat writes the jobs table, and the server
+planned each one on every call -- longer than running it for a small batch.
+What the shortcut must keep: the same effects, fencing of a stale claim's
+outcome (nothing changed, reported as fenced), a generic plan that still looks
+rows up by id, and -- when a pooler hands a statement to a server connection
+that never saw the PREPARE -- plain text again, each outcome recorded exactly
+once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+import jobwarden
+from jobwarden.db.database import Database
+from jobwarden.db.prepared import prepared_form
+from jobwarden.structs.jobs import ClaimedJob, Completion, Failure
+from jobwarden.structs.states import JobStatus
+from tests.support import testjobs
+
+OUTCOME_STATEMENTS = ("job_complete_many", "job_fail", "job_cancelled", "job_release",
+                      "job_heartbeat_many")
+
+
+def _prepared_on_server(db: Database) -> set[str]:
+    with db.connection() as conn:
+        return {r[0] for r in conn.execute("SELECT name FROM pg_prepared_statements")}
+
+
+def _claim(client: jobwarden.Client, db: Database, n: int = 1, **options: object
+           ) -> list[ClaimedJob]:
+    ids = [client.enqueue(testjobs.Noop, **options).id for _ in range(n)]  # type: ignore[arg-type]
+    claimed = db.jobs.claim(host="h", limit=n, grace_seconds=30)
+    assert sorted(c.id for c in claimed) == sorted(ids)
+    return claimed
+
+
+def _stale(claim: ClaimedJob) -> ClaimedJob:
+    """The same job under a claim token that is not (or no longer) its own."""
+    return dataclasses.replace(claim, claim_token=uuid.uuid4())
+
+
+def _complete(db: Database, claims: list[ClaimedJob]) -> set[int]:
+    return db.jobs.complete_many([Completion(id=c.id, claim_token=c.claim_token,
+                                             result={"ok": c.id}, lease_lost=False)
+                                  for c in claims])
+
+
+def _attempt_rows(dsn: str, job_id: int) -> list[tuple[int, str, str]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [(r[0], r[1], r[2]) for r in conn.execute(
+            "SELECT attempt, outcome, status_after FROM jobwarden.job_attempts"
+            " WHERE job_id = %s ORDER BY attempt", (job_id,))]
+
+
+@pytest.fixture
+def db(dsn: str) -> Iterator[Database]:
+    """One pooled connection, so every statement is prepared where the test looks."""
+    with Database(dsn, min_size=1, max_size=1) as database:
+        yield database
+
+
+def test_every_outcome_write_executes_its_prepared_statement_with_the_same_effect(
+        client: jobwarden.Client, db: Database, dsn: str) -> None:
+    done, failing, final, cancelled, released = _claim(client, db, 5)
+    ack = db.jobs.heartbeat_many([(c.id, c.claim_token) for c in
+                                  (done, failing, final, cancelled, released)],
+                                 grace_seconds=30)
+    assert ack.alive == {done.id, failing.id, final.id, cancelled.id, released.id}
+    assert _complete(db, [done]) == {done.id}
+    assert db.jobs.fail(Failure(id=failing.id, claim_token=failing.claim_token, error="boom",
+                                retryable=True, retry_in_seconds=60)) is JobStatus.PENDING
+    assert db.jobs.fail(Failure(id=final.id, claim_token=final.claim_token, error="bad",
+                                retryable=False, retry_in_seconds=0)) is JobStatus.FAILED
+    assert db.jobs.mark_cancelled(job_id=cancelled.id, claim_token=cancelled.claim_token,
+                                  error="stop")
+    assert db.jobs.release(job_id=released.id, claim_token=released.claim_token,
+                           delay_seconds=0.0)
+
+    got = {i: client.job(i) for i in (done.id, failing.id, final.id, cancelled.id,
+                                       released.id)}
+    assert got[done.id].status is JobStatus.COMPLETED and got[done.id].result == {"ok": done.id}
+    assert got[failing.id].status is JobStatus.PENDING and got[failing.id].last_error == "boom"
+    assert got[failing.id].run_at > db.now()  # the backoff
+    assert got[final.id].status is JobStatus.FAILED
+    assert got[cancelled.id].status is JobStatus.CANCELLED
+    assert got[released.id].status is JobStatus.PENDING and got[released.id].attempts == 0
+    assert _attempt_rows(dsn, done.id) == [(1, "completed", "completed")]
+    assert _attempt_rows(dsn, failing.id) == [(1, "failed", "pending")]
+
+    held = _prepared_on_server(db)
+    for name in OUTCOME_STATEMENTS:
+        assert prepared_form(name, db.sql(name))[0] in held, name
+    assert db.prepared.enabled
+
+
+def test_an_outcome_of_a_stale_claim_changes_nothing_through_the_prepared_statements(
+        client: jobwarden.Client, db: Database, dsn: str) -> None:
+    claims = _claim(client, db, 5)
+    stale = [_stale(c) for c in claims]
+    first, second, third, fourth, fifth = stale
+    for _ in range(2):  # the second round runs from the statements prepared by the first
+        assert _complete(db, [first]) == set()
+        assert db.jobs.fail(Failure(id=second.id, claim_token=second.claim_token, error="x",
+                                    retryable=True, retry_in_seconds=0)) is None
+        assert not db.jobs.mark_cancelled(job_id=third.id, claim_token=third.claim_token,
+                                          error="x")
+        assert not db.jobs.release(job_id=fourth.id, claim_token=fourth.claim_token)
+        assert db.jobs.heartbeat_many([(fifth.id, fifth.claim_token)],
+                                      grace_seconds=30).alive == frozenset()
+    for c in claims:
+        job = client.job(c.id)
+        assert job.status is JobStatus.PROCESSING and job.attempts == 1
+        assert _attempt_rows(dsn, c.id) == []
+    assert db.prepared.enabled
+
+
+def test_a_statement_lost_by_a_pooler_falls_back_to_text_and_records_each_outcome_once(
+        dsn: str) -> None:
+    """DEALLOCATE behind the client's back: what a transaction-mode pooler does when
+    it hands the next statement to a server connection without the PREPARE."""
+    with Database(dsn, min_size=1, max_size=1) as db:  # one connection: the one we break
+        client = jobwarden.Client(database=db)
+        first, second, failing, stale_one = _claim(client, db, 4)
+        assert _complete(db, [first]) == {first.id}
+        with db.connection() as conn:
+            conn.execute("DEALLOCATE ALL")
+        assert _complete(db, [second]) == {second.id}
+        assert not db.prepared.enabled  # plain text from now on
+        assert db.jobs.fail(Failure(id=failing.id, claim_token=failing.claim_token,
+                                    error="boom", retryable=False,
+                                    retry_in_seconds=0)) is JobStatus.FAILED
+        assert _complete(db, [_stale(stale_one)]) == set()  # still fenced
+        assert _complete(db, [second]) == set()  # a second write of the same outcome
+        for job_id, status in ((first.id, JobStatus.COMPLETED),
+                               (second.id, JobStatus.COMPLETED),
+                               (failing.id, JobStatus.FAILED),
+                               (stale_one.id, JobStatus.PROCESSING)):
+            assert client.job(job_id).status is status
+        assert _attempt_rows(dsn, second.id) == [(1, "completed", "completed")]
+        assert _attempt_rows(dsn, stale_one.id) == []
+        with db.connection() as conn:
+            assert conn.execute("SELECT count(*) FROM pg_prepared_statements"
+                                ).fetchone() == (0,)
+
+
+ROWS = 20_000
+
+
+@pytest.mark.parametrize("name", ["job_complete_many", "job_fail", "job_heartbeat_many"])
+def test_the_generic_plan_of_an_outcome_statement_looks_jobs_up_by_id(
+        db: Database, dsn: str, name: str) -> None:
+    """The server switches a prepared statement to a generic plan (parameters
+    unknown) after five calls: that plan must not scan the jobs table."""
+    values = {"ids": [1, 2], "tokens": [uuid.uuid4(), uuid.uuid4()],
+              "results": [None, None], "lease_lost": [False, False], "done_channel": "d",
+              "id": 1, "token": uuid.uuid4(), "error": "e", "retryable": True,
+              "retry_in": 1.0, "grace": 30.0}
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO jobwarden.jobs (job_class, data, status, claim_token,"
+                     " claim_expires_at, claimed_by) SELECT 'm:noop', jsonb_build_object('i', g),"
+                     " 'processing', gen_random_uuid(), now() + interval '1 hour',"
+                     " 'h' || (g %% 50) FROM generate_series(1, %s) AS g", (ROWS,))
+        conn.execute("VACUUM ANALYZE jobwarden.jobs")
+        statement, order, prepare = prepared_form(name, db.sql(name))
+        conn.execute(prepare.encode())
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        binder = psycopg.ClientCursor(conn)
+        explain = binder.mogrify(f"EXPLAIN EXECUTE {statement}"
+                                 f"({', '.join('%s' for _ in order)})",
+                                 [values[key] for key in order])
+        shown = "\n".join(r[0] for r in conn.execute(explain.encode()))
+    assert "jobs_pkey" in shown, shown
+    assert "Seq Scan on jobs" not in shown, shown
