@@ -156,6 +156,43 @@ ROWS = 20_000
 PROCESSING = 200
 
 
+def _finished_rows(dsn: str, rows: int, *, processing: int = 0) -> None:
+    """``rows`` finished jobs, the first ``processing`` of them still processing, and
+    the table's statistics taken."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO jobwarden.jobs (job_class, data, status, claim_token,"
+                     " claim_expires_at, claimed_by, finished_at)"
+                     " SELECT 'm:noop', jsonb_build_object('i', g), 'completed',"
+                     " gen_random_uuid(), NULL, 'h', now() FROM generate_series(1, %s) AS g",
+                     (rows,))
+        conn.execute("UPDATE jobwarden.jobs SET status = 'processing', finished_at = NULL,"
+                     " claim_expires_at = now() + interval '1 hour' WHERE id <= %s",
+                     (processing,))
+        conn.execute("VACUUM ANALYZE jobwarden.jobs")
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_the_server_settles_on_a_generic_plan_for_batches_of_any_size(
+        client: jobwarden.Client, db: Database, dsn: str, size: int) -> None:
+    """Planning anew on every call is what the prepared statements are there to
+    avoid: a batch of one row must not look cheaper to plan for than to reuse
+    (on a table large enough that a plan for ten rows costs more than one for one)."""
+    _finished_rows(dsn, ROWS)
+    calls = 8  # the server tries five custom plans first
+    claims = _claim(client, db, calls * size)
+    for k in range(calls):
+        batch = claims[k * size:(k + 1) * size]
+        assert db.jobs.heartbeat_many([(c.id, c.claim_token) for c in batch],
+                                      grace_seconds=30).alive == {c.id for c in batch}
+        assert _complete(db, batch) == {c.id for c in batch}
+    with db.connection() as conn:
+        plans = dict((r[0], (r[1], r[2])) for r in conn.execute(
+            "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements"))
+    for name in ("job_complete_many", "job_heartbeat_many"):
+        generic, custom = plans[prepared_form(name, db.sql(name))[0]]
+        assert generic >= calls - 5 and custom <= 5, (name, generic, custom)
+
+
 @pytest.mark.parametrize("name", OUTCOME_STATEMENTS)
 def test_the_generic_plan_of_an_outcome_statement_looks_jobs_up_by_id(
         db: Database, dsn: str, name: str) -> None:
@@ -169,16 +206,8 @@ def test_the_generic_plan_of_an_outcome_statement_looks_jobs_up_by_id(
               "id": 1, "token": uuid.uuid4(), "error": "e", "retryable": True,
               "retry_in": 1.0, "grace": 30.0, "dropped": False, "delay": 0.0,
               "deferral": 0}
+    _finished_rows(dsn, ROWS, processing=PROCESSING)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("INSERT INTO jobwarden.jobs (job_class, data, status, claim_token,"
-                     " claim_expires_at, claimed_by, finished_at)"
-                     " SELECT 'm:noop', jsonb_build_object('i', g), 'completed',"
-                     " gen_random_uuid(), NULL, 'h', now() FROM generate_series(1, %s) AS g",
-                     (ROWS,))
-        conn.execute("UPDATE jobwarden.jobs SET status = 'processing', finished_at = NULL,"
-                     " claim_expires_at = now() + interval '1 hour' WHERE id <= %s",
-                     (PROCESSING,))
-        conn.execute("VACUUM ANALYZE jobwarden.jobs")
         statement, order, prepare = prepared_form(name, db.sql(name))
         conn.execute(prepare.encode())
         conn.execute("SET plan_cache_mode = force_generic_plan")

@@ -227,17 +227,23 @@ notified AS (
 -- name: job_complete_many
 -- Batched, fenced completion. Ids missing from the result were fenced.
 -- The attempt's history row is written by the same statement.
--- The status is compared as text so that no partial index of processing rows
--- (jobs_claimed_by_idx, jobs_reap_idx) can serve the statement: statistics taken
--- while few rows were processing make scanning all of them look cheapest, and the
--- worker's prepared, generic plan then scanned every processing row once per
--- completion of the batch; by id, each row is one primary-key probe.
+-- The worker runs it prepared (Database.prepared_rows), and two things keep the
+-- server on one generic plan that looks each claim up by its primary key:
+-- - the arrays come through scalar subqueries, so no plan knows their length:
+--   a custom plan for a one-row array looks cheaper than the generic plan for an
+--   unknown one, and the server then planned anew on every call (0.3 ms, more
+--   than running it);
+-- - the status is compared as text, so that no partial index of processing rows
+--   (jobs_claimed_by_idx, jobs_reap_idx) can serve the statement: statistics taken
+--   while few rows were processing make scanning all of them look cheapest, and a
+--   generic plan then scanned every processing row once per row of the batch.
 WITH ended AS (
     UPDATE {schema}.jobs AS j
     SET status = 'completed', result = c.result, lease_lost = c.lease_lost, finished_at = now(),
         claim_expires_at = NULL, updated_at = now()
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[], %(results)s::jsonb[],
-                %(lease_lost)s::boolean[]) AS c(id, token, result, lease_lost)
+    FROM unnest((SELECT %(ids)s::bigint[]), (SELECT %(tokens)s::uuid[]),
+                (SELECT %(results)s::jsonb[]), (SELECT %(lease_lost)s::boolean[]))
+         AS c(id, token, result, lease_lost)
     WHERE j.id = c.id AND j.claim_token = c.token AND j.status::text = 'processing'
     RETURNING j.id, j.attempts, j.claimed_at, j.claimed_by, 'completed'::text AS outcome,
               j.status::text AS status_after, NULL::text AS error
@@ -374,12 +380,12 @@ SELECT id FROM released;
 
 -- name: job_heartbeat_many
 -- Batched, fenced heartbeat of every running claim of a worker: pushes the reap
--- deadline forward. Ids missing from the result lost their claim. The status is
--- compared as text for the reason job_complete_many gives: rows by id, never a
--- scan of every processing row.
+-- deadline forward. Ids missing from the result lost their claim. Arrays through
+-- scalar subqueries and the status compared as text, for the reasons
+-- job_complete_many gives: one generic plan, rows by id.
 UPDATE {schema}.jobs AS j
 SET heartbeat_at = now(), claim_expires_at = now() + make_interval(secs => %(grace)s)
-FROM unnest(%(ids)s::bigint[], %(tokens)s::uuid[]) AS c(id, token)
+FROM unnest((SELECT %(ids)s::bigint[]), (SELECT %(tokens)s::uuid[])) AS c(id, token)
 WHERE j.id = c.id AND j.claim_token = c.token AND j.status::text = 'processing'
 RETURNING j.id, j.cancel_requested;
 
