@@ -98,6 +98,7 @@ class Database:
         #: Which pooled connections hold which SQL-level prepared statements.
         self.prepared = PreparedStatements()
         self._calls: dict[str, PreparedCall] = {}
+        self._flush_barrier: bytes | None = None
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -163,6 +164,21 @@ class Database:
         if call is None:
             call = self._calls[name] = PreparedCall.of(name, self.sql(name))
         return self.connections.call(call, params)
+
+    def rows_then_flush(self, name: str, params: Params | None = None) -> list[Row]:
+        """The rows of a named query that commits asynchronously, returned once durable.
+
+        For a write others may act on before the writer hears back (an enqueue's
+        ``job_insert_one_visible``): it commits without waiting for its WAL flush,
+        so it is visible at once, and ``flush_barrier`` then runs on the same
+        connection, whose durable commit flushes the WAL past it. The call returns
+        only after that: what it wrote is durable when it returns, as with a
+        synchronous commit. Not for the caller's own transaction (``conn=``).
+        """
+        if self._flush_barrier is None:
+            self._flush_barrier = self.q["flush_barrier"].encode()
+        return self.connections.statement(self.q[name], params, fetch=True,
+                                          then=self._flush_barrier)[0]
 
     def in_one_round_trip(self, steps: list[tuple[str, Params | None]], *,
                           prepared: bool = False) -> list[list[Row]]:

@@ -470,8 +470,9 @@ def _insert_unnest(specs: Sequence[JobSpec], *,
     return (yield from _with_duplicates([r[1] for r in rows], [s.unique_key for s in specs]))
 
 
-def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:
-    found = yield from plans.rows("job_insert_one", {
+def insert_one_params(spec: JobSpec, *, channel: str) -> dict[str, Any]:
+    """The parameters of job_insert_one and job_insert_one_visible for ``spec``."""
+    return {
         "queue": spec.queue, "job_class": spec.job_class, "data": _jsonb(spec),
         "priority": spec.priority, "run_at": spec.run_at, "delay": spec.delay_seconds,
         "max_retries": spec.max_retries, "timeout": spec.timeout_seconds,
@@ -479,7 +480,16 @@ def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:
         "lease_name": spec.lease_name, "schedule_name": spec.schedule_name,
         "on_busy": spec.on_busy, "lease_ttl": spec.lease_ttl_seconds,
         "trace_context": spec.trace_context, "pod_run": spec.pod_run, "channel": channel,
-    })
+    }
+
+
+def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:
+    # On a pooled connection the row is visible (and its NOTIFY out) before its WAL
+    # flush, which the call still waits for (plans.Query.visible_before_flush): a
+    # worker claims the job while the enqueue's durable commit is in progress.
+    found: list[Row] = yield plans.Query("job_insert_one",
+                                         insert_one_params(spec, channel=channel),
+                                         visible_before_flush=True)
     if found:
         return EnqueueResult(id=found[0][0], duplicate=False)
     assert spec.unique_key is not None  # only a unique-key conflict inserts nothing

@@ -46,6 +46,11 @@ class Query:
     name: str
     params: Params | None = None
     count: bool = False
+    #: On a pooled connection (not the caller's), run ``<name>_visible`` instead: a
+    #: variant that commits asynchronously, so what it wrote is visible at once;
+    #: the reply still comes only after its WAL flush (the ``flush_barrier`` query
+    #: runs next on the same connection). In the caller's transaction, ``name``.
+    visible_before_flush: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,7 +137,9 @@ def _drive(db: Database, plan: Plan[T], conn: Connection | None,
             return stop.value  # type: ignore[no-any-return]
         reply, raised = None, None
         if isinstance(step, Query):
-            if step.count:
+            if step.visible_before_flush and conn is None:
+                reply = db.rows_then_flush(f"{step.name}_visible", step.params)
+            elif step.count:
                 reply = db.execute(step.name, step.params, conn=conn)
             else:
                 reply = db.rows(step.name, step.params, conn=conn)
@@ -206,7 +213,13 @@ async def _drive_async(db: AsyncDatabase, plan: Plan[T], conn: AsyncConnection |
             return stop.value  # type: ignore[no-any-return]
         reply, raised = None, None
         if isinstance(step, Query):
-            if conn is None:
+            if conn is None and step.visible_before_flush:
+                async with db.connection() as own:
+                    reply = await _query_async(
+                        db, Query(f"{step.name}_visible", step.params), own)
+                    with translate_errors():
+                        await own.execute(db.sql("flush_barrier"))
+            elif conn is None:
                 async with db.connection() as own:
                     reply = await _query_async(db, step, own)
             else:

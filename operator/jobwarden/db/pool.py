@@ -86,6 +86,18 @@ def _timed_out(exc: PoolTimeout) -> errors.JobwardenError:
     return mine
 
 
+def _exec_bare(conn: Connection, query: bytes) -> None:
+    """Run a statement without parameters through libpq's blocking ``PQexec``, rows
+    ignored: a fraction of the client instructions of a cursor's ``execute``."""
+    result = conn.pgconn.exec_(query)
+    if result.status not in (psycopg.pq.ExecStatus.TUPLES_OK,
+                             psycopg.pq.ExecStatus.COMMAND_OK):
+        if conn.pgconn.status != psycopg.pq.ConnStatus.OK:
+            raise psycopg.OperationalError(
+                conn.pgconn.error_message.decode(errors="replace") or "connection lost")
+        raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+
+
 class Pool:
     """Connections to one database: pooled (checked at checkout) or dedicated."""
 
@@ -162,7 +174,7 @@ class Pool:
                 self.pool.putconn(conn)
 
     def statement(self, query: LiteralString, params: Params | None, *,
-                  fetch: bool) -> tuple[list[Row], int]:
+                  fetch: bool, then: bytes | None = None) -> tuple[list[Row], int]:
         """Run one statement on a checked pooled connection: (its rows, its rowcount).
 
         The path of every named query (``Database.rows``/``row``/``execute``): the
@@ -171,6 +183,8 @@ class Pool:
         pooled connection instead of a new cursor (and its adapters) per
         statement. On a lease pair this path cost the client more than the
         statements' own driver calls. ``fetch=False``: rows are not read ([]).
+        ``then``: a statement without parameters run next on the same connection,
+        its rows ignored (the enqueue's flush barrier, ``Database.rows_then_flush``).
         """
         try:
             conn = self._checkout()
@@ -182,7 +196,10 @@ class Pool:
                 cur = conn.cursor()
                 conn._jobwarden_cursor = cur  # type: ignore[attr-defined]
             cur.execute(query, params)
-            return (cur.fetchall() if fetch else []), cur.rowcount
+            found = (cur.fetchall() if fetch else []), cur.rowcount
+            if then is not None:
+                _exec_bare(conn, then)
+            return found
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
                 self._faults += 1

@@ -78,10 +78,10 @@ notified AS (
 SELECT array_agg(inserted.id ORDER BY input.ord), (SELECT n FROM notified)
 FROM input LEFT JOIN inserted ON inserted.id = input.id;
 
--- name: job_insert_one
+-- name: fragment_insert_one
 -- The common case of job_insert_many, one job, as a plain INSERT: no arrays to
 -- build and unpack, so about twice the single-enqueue rate.
-WITH inserted AS (
+inserted AS (
     INSERT INTO {schema}.jobs (queue, job_class, data, priority, run_at, max_retries,
                                timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
                                on_busy, lease_ttl_seconds, trace_context, pod_run)
@@ -95,7 +95,37 @@ WITH inserted AS (
 notified AS (
     SELECT count(pg_notify(%(channel)s, inserted.queue)) AS n FROM inserted
 )
+
+-- name: job_insert_one
+-- One job (fragment_insert_one), committed as the transaction it runs in is
+-- configured: the caller's own transaction (enqueue with conn=) decides.
+WITH {fragment_insert_one}
 SELECT inserted.id, (SELECT n FROM notified) FROM inserted;
+
+-- name: job_insert_one_visible
+-- One job on a pooled connection, in a transaction of its own that commits
+-- asynchronously (synchronous_commit = off, for this transaction only): the
+-- row and its NOTIFY are visible as soon as it commits, without waiting for
+-- its WAL flush, so a worker claims it while the flush is still in progress.
+-- Never returned to the caller by itself: the enqueue then runs flush_barrier
+-- (a durable commit, whose flush covers this one) and returns only after it,
+-- so an enqueue that returned is durable as before. Whatever a worker does
+-- with the job meanwhile is covered by the claim's own durability rule
+-- (fragment_claim_rows): a non-idempotent job's claim commits durably, which
+-- flushes this row first.
+WITH {fragment_insert_one},
+asynchronous AS (SELECT set_config('synchronous_commit', 'off', true) AS setting)
+SELECT inserted.id, (SELECT n FROM notified) FROM inserted CROSS JOIN asynchronous;
+
+-- name: flush_barrier
+-- Returns once everything committed before it is durable. A synchronous commit
+-- flushes the WAL up to its own commit record -- so every asynchronous commit
+-- written before it too -- but PostgreSQL flushes only for a transaction that
+-- has an xid *and* wrote WAL before its commit record (RecordTransactionCommit):
+-- `SELECT pg_current_xact_id()` alone commits without waiting. A transactional
+-- logical message takes an xid and writes one small WAL record, and changes no
+-- table; logical decoding consumers see it under this prefix and may ignore it.
+SELECT pg_logical_emit_message(true, 'jobwarden.flush', '');
 
 -- name: job_copy_begin
 -- First statement of a COPY batch (job_copy), in the same transaction: the
