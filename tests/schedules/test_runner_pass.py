@@ -180,3 +180,28 @@ def _waiting_on_a_lock(dsn: str) -> bool:
         row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = "
                            "current_database() AND wait_event_type = 'Lock'").fetchone()
     return bool(row and row[0])
+
+
+def test_the_job_ids_the_claim_draws_name_each_slots_job(client: Client) -> None:
+    """The claim draws one job id per schedule and a catch-up pass draws the rest: the
+    history and last_job_id must name the job each slot's unique key has, one slot or
+    several, and a schedule that enqueues nothing names none."""
+    client.schedules.upsert("one", interval="1m", job_class=JOB, now=T0)
+    client.schedules.upsert("many", interval="1m", job_class=JOB, catch_up="all", now=T0)
+    client.schedules.upsert("busy", interval="1m", job_class=JOB, overlap="Forbid", now=T0)
+    client.schedules.enqueue_due(now=at(12, 1, 1))  # busy's first run stays pending
+    report = client.schedules.enqueue_due(now=at(12, 4, 1))  # many: 3 slots; one: latest
+    assert report.enqueued == 1 + 3 and report.skipped == 1 and report.errors == 0
+    by_key = {j.unique_key: j.id for j in client.jobs(limit=100)}
+    for name in ("one", "many", "busy"):
+        record = client.schedules.get(name)
+        assert record is not None
+        for fate in client.db.schedules.slots(name, limit=100):
+            if fate.fate == "enqueued":
+                key = f"{name}:{fate.slot.astimezone(dt.UTC):%Y-%m-%dT%H:%M:%SZ}"
+                assert fate.job_id == by_key[key]
+            else:
+                assert fate.job_id is None
+        newest = max(key for key in by_key if key and key.startswith(f"{name}:"))
+        assert record.last_job_id == by_key[newest]
+    assert len([k for k in by_key if k and k.startswith("many:")]) == 4

@@ -13,6 +13,8 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 
+import psycopg
+
 from jobwarden import gauges, metrics
 from jobwarden.client import Client
 from jobwarden.db.database import Database
@@ -130,6 +132,40 @@ def test_the_history_is_bounded_and_a_long_outage_costs_no_more(client: Client) 
         assert len(client.db.schedules.slots("busy", limit=1000)) == runner.SLOT_HISTORY
     client.schedules.delete("busy")
     assert client.db.schedules.slots("busy") == []
+
+
+def stored_history(db: Database, name: str) -> tuple[int, int]:
+    """(rows in schedule_slots, the row's slot_rows): what readers never see."""
+    with psycopg.connect(db.dsn) as conn:
+        rows = conn.execute("SELECT count(*) FROM jobwarden.schedule_slots "
+                            "WHERE schedule_name = %s", (name,)).fetchone()
+        bound = conn.execute("SELECT slot_rows FROM jobwarden.schedules WHERE name = %s",
+                             (name,)).fetchone()
+    assert rows is not None and bound is not None
+    return int(rows[0]), int(bound[0])
+
+
+def test_the_stored_history_is_pruned_once_past_the_bound_and_its_margin(
+        client: Client, db: Database) -> None:
+    """The pass prunes a schedule's history only when its count passes the bound plus
+    the margin, then back to the bound: the table stays bounded, the count never
+    under-states the rows, and readers see the newest SLOT_HISTORY slots throughout."""
+    client.schedules.upsert("tick", interval="1s", job_class=JOB, now=T0)
+    ceiling = runner.SLOT_HISTORY + runner.SLOT_PRUNE_MARGIN
+    pruned = 0
+    previous = 0
+    for step in range(1, ceiling + runner.SLOT_PRUNE_MARGIN + 3):  # one slot a pass
+        when = T0 + dt.timedelta(seconds=step)
+        client.schedules.enqueue_due(now=when)
+        rows, bound = stored_history(db, "tick")
+        assert rows <= bound <= ceiling
+        pruned += rows < previous
+        previous = rows
+        shown = client.db.schedules.slots("tick", limit=1000)
+        assert len(shown) == min(step, runner.SLOT_HISTORY)
+        assert shown[0].slot == when.replace(microsecond=0)
+    assert pruned == 2  # at ceiling + 1 and again SLOT_PRUNE_MARGIN + 1 passes later
+    assert stored_history(db, "tick") == (runner.SLOT_HISTORY, runner.SLOT_HISTORY)
 
 
 def test_the_gauge_holder_exports_every_fate_from_the_counts(client: Client,

@@ -44,7 +44,7 @@ __all__ = ["RunnerPass", "SlotConflict", "runner_pass"]
 
 #: The binary types of schedule_runner_copy_jobs's columns, in its order.
 _COPY_TYPES = ("text", "text", "jsonb", "int4", "int4", "float8", "bool", "text", "text",
-               "text", "text", "text")
+               "text", "text", "text", "int8")
 
 
 class SlotConflict(Exception):
@@ -114,6 +114,12 @@ class RunnerPass:
         make = DueSchedule._make
         return rows[0][-1], [make(row[:-1]) for row in rows]
 
+    def job_ids(self, count: int) -> list[int]:
+        """``count`` more job ids (a pass with schedules enqueueing several slots)."""
+        rows = self.conn.execute(self._db.sql("schedule_runner_job_ids"),
+                                 {"count": count}).fetchall()
+        return [row[0] for row in rows]
+
     def copy_jobs(self, rows: Sequence[JobRow]) -> None:
         """Insert the slots' jobs with one COPY; :class:`SlotConflict` if a key exists
         (the transaction is rolled back then: the claim's locks are gone too)."""
@@ -142,11 +148,16 @@ class RunnerPass:
             "idempotents": list(columns[6]), "unique_keys": list(columns[7]),
             "lease_names": list(columns[8]), "schedule_names": list(columns[9]),
             "on_busys": list(columns[10]), "pod_runs": list(columns[11]),
+            "ids": list(columns[12]),
         }).fetchall()
         return {row[0] for row in found}
 
     def finish(self, write: PassWrite, *, keep: int, notify_queues: Sequence[str]) -> None:
-        """NOTIFY, write back, record the slots' fates, prune, COMMIT: one message."""
+        """NOTIFY, write back, record the slots' fates, prune, COMMIT: one message.
+
+        A job is named by its id where the pass knows it; only where it does not (the
+        job existed before the pass) does its unique key go out, for a lookup.
+        """
         instants: dict[datetime.datetime, str] = {}
 
         def texts(values: list[datetime.datetime | None]) -> list[str | None]:
@@ -174,15 +185,23 @@ class RunnerPass:
                 "last_enqueued_slot": texts(write.last_enqueued_slot),
                 "next_slot": texts(write.next_slot), "enqueued": write.enqueued,
                 "skipped": write.skipped, "missed": write.missed,
-                "replaced": write.replaced, "last_key": write.last_key,
-                "error": write.error}))
+                "replaced": write.replaced, "last_job_id": write.last_job_ids,
+                "last_key": _unknown(write.last_key, write.last_job_ids),
+                "error": write.error, "slot_rows": write.slot_rows}))
         if write.fate_names:
             statements.append(self._bind_arrays("schedule_runner_record_slots", {
                 "names": write.fate_names, "slots": texts(write.fate_slots),
-                "fates": write.fates, "unique_keys": write.fate_keys}))
+                "fates": write.fates, "job_ids": write.fate_job_ids,
+                "unique_keys": _unknown(write.fate_keys, write.fate_job_ids)}))
+        if write.prune:
             statements.append(self._bind_arrays("schedule_runner_prune_slots", {
-                "names": sorted(set(write.fate_names)), "keep": keep}))
+                "names": write.prune, "keep": keep}))
         self._send([*statements, "COMMIT"])
+
+
+def _unknown(keys: list[str | None], ids: list[int | None]) -> list[str | None]:
+    """The unique keys of the jobs whose id is not known (None for the others)."""
+    return [key if found is None else None for key, found in zip(keys, ids, strict=True)]
 
 
 def _array(values: list[Any]) -> str:

@@ -16,6 +16,7 @@ from psycopg.types.json import Jsonb
 
 from jobwarden.structs.schedules import (
     SLOT_FATES,
+    SLOT_HISTORY,
     ScheduleHealth,
     ScheduleRecord,
     ScheduleSpec,
@@ -159,11 +160,13 @@ class SchedulesTable:
         self._db.execute("schedule_slot_replaced", {"name": name, "job_id": job_id}, conn=conn)
 
     def slots(self, name: str, *, limit: int = 20) -> list[SlotFate]:
-        """The schedule's last slots with their fate, newest first."""
+        """The schedule's last slots with their fate, newest first; at most the history's
+        bound (:data:`SLOT_HISTORY`; the runner prunes past it with a margin)."""
         return [SlotFate(schedule=name, slot=slot, fate=fate, job_id=job_id,
                          job_status=status, recorded_at=at)
                 for slot, fate, job_id, status, at in self._db.rows(
-                    "schedule_slot_list", {"name": name, "limit": limit})]
+                    "schedule_slot_list", {"name": name, "limit": limit,
+                                           "keep": SLOT_HISTORY})]
 
     def fate_counts(self) -> dict[str, dict[str, int]]:
         """Every schedule's slot fates, counted: ``{name: {fate: count}}``."""

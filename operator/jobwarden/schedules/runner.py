@@ -50,12 +50,19 @@ from typing import TYPE_CHECKING, cast
 from jobwarden import errors, metrics
 from jobwarden.db import runnerpass
 from jobwarden.schedules import expressions, planning, slots
-from jobwarden.structs.schedules import DueSchedule, JobRow, PassWrite, RunReport
+from jobwarden.structs.schedules import (
+    SLOT_HISTORY,
+    SLOT_PRUNE_MARGIN,
+    DueSchedule,
+    JobRow,
+    PassWrite,
+    RunReport,
+)
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Connection, Database
 
-__all__ = ["DEFAULT_BATCH", "enqueue_due", "warn_once"]
+__all__ = ["DEFAULT_BATCH", "SLOT_HISTORY", "SLOT_PRUNE_MARGIN", "enqueue_due", "warn_once"]
 
 logger = logging.getLogger("jobwarden.schedules")
 
@@ -63,9 +70,6 @@ logger = logging.getLogger("jobwarden.schedules")
 DEFAULT_BATCH = 1000
 #: A schedule whose stored expression cannot be read is retried this much later.
 ERROR_RETRY_SECONDS = 60
-#: Slots kept per schedule in its fate history (``schedule_slots``); older ones are
-#: pruned in the pass that adds newer ones. The counts keep every fate.
-SLOT_HISTORY = 50
 _ACTIVE = ("pending", "processing")
 
 
@@ -162,6 +166,8 @@ def _attempt(db: Database, *, now: dt.datetime | None, limit: int, tolerance_sec
                 report.errors += 1
                 logger.exception("schedule %r: cannot plan", schedule.name)
                 _error_advance(write, schedule, at, exc)
+        if any(row[12] is None for row in rows):
+            rows = _with_ids(tx, rows)
         if copy:
             tx.copy_jobs(rows)
             fresh_rows = rows
@@ -170,6 +176,7 @@ def _attempt(db: Database, *, now: dt.datetime | None, limit: int, tolerance_sec
             fresh_rows = [row for row in rows if row[7] in fresh]
             if len(fresh_rows) < len(rows):
                 report.duplicates += len(rows) - len(fresh_rows)
+                write.forget_ids({row[7] for row in rows if row[7] not in fresh})
                 position = {name: index for index, name in enumerate(write.names)}
                 for row in rows:
                     if row[7] not in fresh:
@@ -261,6 +268,9 @@ def _plan(db: Database, conn: Connection, schedule: DueSchedule, at: dt.datetime
     else:
         fated = None
     keys = [slots.slot_key(name, slot) for slot in run]
+    # The claim drew one job id per schedule; a second slot's job gets its id after
+    # the planning (None until then: _with_ids).
+    ids: list[int | None] = [schedule.job_id, *([None] * (len(run) - 1))] if run else []
     new_rows: list[JobRow] = []
     if run:
         queue, priority, max_retries, timeout, idempotent, lease, on_busy = slots.job_fields(
@@ -269,7 +279,8 @@ def _plan(db: Database, conn: Connection, schedule: DueSchedule, at: dt.datetime
             idempotent=schedule.idempotent, overlap=schedule.overlap)
         job_class, data, pod_run = schedule.job_class, schedule.data, schedule.pod_run
         new_rows = [(queue, job_class, data, priority, max_retries, timeout, idempotent,
-                     unique_key, lease, name, on_busy, pod_run) for unique_key in keys]
+                     unique_key, lease, name, on_busy, pod_run, job_id)
+                    for unique_key, job_id in zip(keys, ids, strict=True)]
     # Nothing below raises: the schedule goes into the pass whole.
     rows.extend(new_rows)
     report.replaced += replaced
@@ -284,21 +295,50 @@ def _plan(db: Database, conn: Connection, schedule: DueSchedule, at: dt.datetime
     write.missed.append(plan.missed)
     write.replaced.append(replaced)
     write.last_key.append(keys[-1] if keys else None)
+    write.last_job_ids.append(ids[-1] if ids else None)
     write.error.append(None)
-    for slot, unique_key in zip(run, keys, strict=True):
-        _fate(write, name, slot, "enqueued", unique_key)
+    for slot, unique_key, job_id in zip(run, keys, ids, strict=True):
+        _fate(write, name, slot, "enqueued", unique_key, job_id)
     for slot in skipped_slots:
-        _fate(write, name, slot, "skipped", None)
+        _fate(write, name, slot, "skipped", None, None)
     for slot in missed_slots:
-        _fate(write, name, slot, "missed", None)
+        _fate(write, name, slot, "missed", None, None)
+    _count_history(write, schedule,
+                   added=len(run) + len(skipped_slots) + len(missed_slots))
 
 
 def _fate(write: PassWrite, name: str, slot: dt.datetime, fate: str,
-          unique_key: str | None) -> None:
+          unique_key: str | None, job_id: int | None) -> None:
     write.fate_names.append(name)
     write.fate_slots.append(slot)
     write.fates.append(fate)
     write.fate_keys.append(unique_key)
+    write.fate_job_ids.append(job_id)
+
+
+def _count_history(write: PassWrite, schedule: DueSchedule, *, added: int) -> None:
+    """The schedule's history rows after the pass, and whether the pass prunes them.
+
+    The count is an upper bound (a slot that already had a row takes the newer fate
+    without a new row): past the bound plus the margin the pass prunes the history
+    to the bound, so a prune walks a schedule's history once in SLOT_PRUNE_MARGIN
+    passes instead of every pass (readers show the newest SLOT_HISTORY only).
+    """
+    rows = schedule.slot_rows + added
+    if rows > SLOT_HISTORY + SLOT_PRUNE_MARGIN:
+        write.prune.append(schedule.name)
+        rows = SLOT_HISTORY
+    write.slot_rows.append(rows)
+
+
+def _with_ids(tx: runnerpass.RunnerPass, rows: list[JobRow]) -> list[JobRow]:
+    """``rows`` with an id for every job: the second and later slots of a schedule
+    (catch-up) draw theirs in one more round trip (the write-back and the history find
+    those jobs by their unique keys, as for a duplicate)."""
+    missing = sum(1 for row in rows if row[12] is None)
+    drawn = iter(tx.job_ids(missing))
+    return [row if row[12] is not None else (*row[:12], next(drawn))
+            for row in rows]
 
 
 def _missed_slots(expr: expressions.Expression, run: Sequence[dt.datetime],
@@ -329,4 +369,6 @@ def _error_advance(write: PassWrite, schedule: DueSchedule, at: dt.datetime,
     write.missed.append(0)
     write.replaced.append(0)
     write.last_key.append(None)
+    write.last_job_ids.append(None)
     write.error.append(f"{type(exc).__name__}: {exc}"[:1000])
+    write.slot_rows.append(schedule.slot_rows)

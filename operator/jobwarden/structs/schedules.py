@@ -147,13 +147,26 @@ class DueSchedule(NamedTuple):
     pod_run: str | None = None
     #: The locked row's tuple id, how the pass's write-back finds it again.
     ctid: str = ""
+    #: An upper bound of the schedule's history rows (``schedules.slot_rows``).
+    slot_rows: int = 0
+    #: A job id drawn for the schedule by the claim: its first slot's job of the pass
+    #: takes it (the write-back and the history then name the job without a lookup).
+    job_id: int | None = None
 
 
 #: One slot's job as the runner copies it into ``jobs``: queue, job_class, data (JSON
 #: text), priority, max_retries, timeout_seconds, idempotent, unique_key, lease_name,
-#: schedule_name, on_busy, pod_run.
+#: schedule_name, on_busy, pod_run, id (drawn from the jobs' sequence by the claim; None
+#: for a schedule's second slot until the runner draws more).
 JobRow = tuple[str, str, str, int, int, float, bool, str, str | None, str, str | None,
-               str | None]
+               str | None, int | None]
+
+#: Slots kept per schedule in its fate history (``schedule_slots``): what readers show
+#: at most. The runner prunes a schedule's history back to this bound once its row
+#: count (``schedules.slot_rows``) passes the bound plus :data:`SLOT_PRUNE_MARGIN`,
+#: so one pass in every ``SLOT_PRUNE_MARGIN`` (one slot a pass) pays for a prune.
+SLOT_HISTORY = 50
+SLOT_PRUNE_MARGIN = 25
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -162,10 +175,11 @@ class PassWrite:
 
     The first lists hold one entry per schedule of the pass: its row, its new planning
     point, the newest slot that got a fate, the newest enqueued slot, the next
-    slot, the fates counted, the unique key of the newest enqueued slot's job
-    (its id is looked up by the statement) and the error. The ``fate_*`` lists
-    hold one entry per slot that got a fate (the history; ``fate_keys`` names the
-    job of an enqueued slot).
+    slot, the fates counted, the newest enqueued slot's job (its id as drawn by the
+    claim; its unique key, for the statement to look the id up when the job existed
+    before the pass), the error and the history's row count. The ``fate_*`` lists
+    hold one entry per slot that got a fate (the history; ``fate_job_ids`` and
+    ``fate_keys`` name the job of an enqueued slot).
     """
 
     names: list[str] = dataclasses.field(default_factory=list)
@@ -180,11 +194,28 @@ class PassWrite:
     missed: list[int] = dataclasses.field(default_factory=list)
     replaced: list[int] = dataclasses.field(default_factory=list)
     last_key: list[str | None] = dataclasses.field(default_factory=list)
+    #: The id of the newest enqueued slot's job (None: look it up by ``last_key``).
+    last_job_ids: list[int | None] = dataclasses.field(default_factory=list)
     error: list[str | None] = dataclasses.field(default_factory=list)
+    #: The schedule's history rows after the pass (an upper bound), and whether the
+    #: pass prunes its history back to the bound.
+    slot_rows: list[int] = dataclasses.field(default_factory=list)
+    prune: list[str] = dataclasses.field(default_factory=list)
     fate_names: list[str] = dataclasses.field(default_factory=list)
     fate_slots: list[datetime.datetime | None] = dataclasses.field(default_factory=list)
     fates: list[str] = dataclasses.field(default_factory=list)
     fate_keys: list[str | None] = dataclasses.field(default_factory=list)
+    fate_job_ids: list[int | None] = dataclasses.field(default_factory=list)
+
+    def forget_ids(self, keys: set[str]) -> None:
+        """The jobs of ``keys`` were not inserted by this pass (they existed): their
+        ids are the existing jobs', for the statements to look up by unique key."""
+        self.last_job_ids = [None if key in keys else found
+                             for key, found in zip(self.last_key, self.last_job_ids,
+                                                   strict=True)]
+        self.fate_job_ids = [None if key in keys else found
+                             for key, found in zip(self.fate_keys, self.fate_job_ids,
+                                                   strict=True)]
 
 
 #: Every fate a schedule slot can have, in the order people read them.

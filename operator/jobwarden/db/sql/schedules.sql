@@ -106,14 +106,20 @@ DELETE FROM {schema}.schedule_slots WHERE schedule_name = %(name)s;
 -- schedules_due_idx: the scan stops at the first schedule that is not due.
 -- `data` comes back as its JSON text: the runner copies it onto the jobs as is
 -- (parsing and re-encoding it per schedule was a tenth of the pass); `ctid` is how
--- the write-back finds the locked row again.
+-- the write-back finds the locked row again; `slot_rows` says whether its history
+-- needs a prune. One job id per schedule is drawn here, for the job of its first
+-- slot of the pass: the COPY writes it, and the write-back and the history name
+-- the job by it instead of looking each one up by its unique key (a schedule that
+-- enqueues nothing leaves a gap in the ids; more than one slot draws the rest in
+-- schedule_runner_job_ids).
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at)
 SELECT s.name, s.expression, s.job_class, s.data::text, s.queue, s.priority,
        s.timeout_seconds, s.max_retries, s.idempotent, s.catch_up,
        s.catch_up_window_seconds, s.catch_up_max, s.overlap, s.planned_until,
        s.last_job_id,
        (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id),
-       s.next_slot, s.pod_run, s.ctid::text, clock.at
+       s.next_slot, s.pod_run, s.ctid::text, s.slot_rows,
+       nextval('{schema}.jobs_id_seq'::regclass), clock.at
 FROM {schema}.schedules AS s, clock
 WHERE NOT s.suspended AND s.next_slot <= clock.at
 
@@ -133,16 +139,21 @@ ORDER BY s.next_slot, s.name
 LIMIT %(limit)s
 FOR UPDATE OF s SKIP LOCKED;
 
+-- name: schedule_runner_job_ids
+-- More job ids, for the schedules of a pass with more than one slot to enqueue
+-- (catch-up after an outage): one more round trip, only then.
+SELECT nextval('{schema}.jobs_id_seq'::regclass) FROM generate_series(1, %(count)s);
+
 -- name: schedule_runner_copy_jobs
 -- The slots' jobs in binary COPY format: the cheapest insert the server has
 -- (multi-row heap inserts, nothing to parse per row; 2.3x less server time than
--- INSERT ... SELECT ... ON CONFLICT for 1,000 rows). id and run_at take their
--- defaults (the identity; now(), the pass's transaction clock). COPY has no
+-- INSERT ... SELECT ... ON CONFLICT for 1,000 rows). id is drawn by the claim;
+-- run_at takes its default (now(), the pass's transaction clock). COPY has no
 -- ON CONFLICT: a slot whose job exists (a backfill, a runner working from a stale
 -- view) fails it with a unique violation, and the runner redoes the pass with
 -- schedule_runner_insert_jobs.
 COPY {schema}.jobs (queue, job_class, data, priority, max_retries, timeout_seconds,
-                    idempotent, unique_key, lease_name, schedule_name, on_busy, pod_run)
+                    idempotent, unique_key, lease_name, schedule_name, on_busy, pod_run, id)
 FROM STDIN (FORMAT BINARY);
 
 -- name: schedule_runner_insert_jobs
@@ -151,17 +162,17 @@ FROM STDIN (FORMAT BINARY);
 -- are duplicates: counted, and their fate names the existing job).
 INSERT INTO {schema}.jobs (queue, job_class, data, priority, max_retries, timeout_seconds,
                            idempotent, unique_key, lease_name, schedule_name, on_busy,
-                           pod_run)
+                           pod_run, id)
 SELECT i.queue, i.job_class, i.data::jsonb, i.priority, i.max_retries, i.timeout_seconds,
-       i.idempotent, i.unique_key, i.lease_name, i.schedule_name, i.on_busy, i.pod_run
+       i.idempotent, i.unique_key, i.lease_name, i.schedule_name, i.on_busy, i.pod_run, i.id
 FROM unnest(%(queues)s::text[], %(classes)s::text[], %(datas)s::text[],
             %(priorities)s::integer[], %(max_retries)s::integer[],
             %(timeouts)s::double precision[], %(idempotents)s::boolean[],
             %(unique_keys)s::text[], %(lease_names)s::text[], %(schedule_names)s::text[],
-            %(on_busys)s::text[], %(pod_runs)s::text[])
+            %(on_busys)s::text[], %(pod_runs)s::text[], %(ids)s::bigint[])
      WITH ORDINALITY AS i(queue, job_class, data, priority, max_retries, timeout_seconds,
                           idempotent, unique_key, lease_name, schedule_name, on_busy, pod_run,
-                          ord)
+                          id, ord)
 ORDER BY i.ord
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
 RETURNING unique_key;
@@ -172,10 +183,12 @@ SELECT count(pg_notify(%(channel)s, q)) FROM unnest(%(queues)s::text[]) AS q;
 
 -- name: schedule_runner_advance
 -- Write back one pass for many schedules in one statement: the new planning point,
--- the slots' fates added to the counts, the job of the newest enqueued slot (found
--- by its unique key: a later statement of the pass's transaction sees the jobs it
--- copied, and a duplicate's existing job), and the newest success seen (kept so a
--- purge of old jobs does not lose it). The rows travel as typed arrays: the
+-- the slots' fates added to the counts, the job of the newest enqueued slot (its id
+-- as the claim drew it; only for a slot whose job existed before the pass -- the
+-- redo's duplicates -- is there a unique key to look it up by, a later statement of
+-- the pass's transaction, and COALESCE evaluates that lookup only then), the
+-- newest success seen (kept so a purge of old jobs does not lose it) and the
+-- history's row count. The rows travel as typed arrays: the
 -- instants as ISO 8601 text (the runner formats each distinct instant once, and a
 -- pass's schedules share most of them).
 --
@@ -198,21 +211,23 @@ WITH advanced AS (
         skipped_count = s.skipped_count + a.skipped,
         missed_count = s.missed_count + a.missed,
         replaced_count = s.replaced_count + a.replaced,
-        last_job_id = coalesce((SELECT j.id FROM {schema}.jobs AS j
+        last_job_id = coalesce(a.last_job_id,
+                               (SELECT j.id FROM {schema}.jobs AS j
                                 WHERE j.unique_key = a.last_key), s.last_job_id),
         last_error = a.error,
         last_success_at = greatest(s.last_success_at, (
             SELECT c.finished_at FROM {schema}.jobs AS c
             WHERE c.schedule_name = s.name AND c.status = 'completed'
             ORDER BY c.id DESC LIMIT 1)),
+        slot_rows = a.slot_rows,
         updated_at = now()
     FROM unnest(%(names)s::text[], %(ctids)s::tid[], %(planned_until)s::timestamptz[],
                 %(last_slot)s::timestamptz[], %(last_enqueued_slot)s::timestamptz[],
                 %(next_slot)s::timestamptz[], %(enqueued)s::bigint[], %(skipped)s::bigint[],
-                %(missed)s::bigint[], %(replaced)s::bigint[], %(last_key)s::text[],
-                %(error)s::text[])
+                %(missed)s::bigint[], %(replaced)s::bigint[], %(last_job_id)s::bigint[],
+                %(last_key)s::text[], %(error)s::text[], %(slot_rows)s::integer[])
          AS a(name, ctid, planned_until, last_slot, last_enqueued_slot, next_slot, enqueued,
-              skipped, missed, replaced, last_key, error)
+              skipped, missed, replaced, last_job_id, last_key, error, slot_rows)
     WHERE s.ctid = a.ctid AND s.name = a.name
     RETURNING 1
 )
@@ -306,21 +321,25 @@ WHERE name = %(name)s
 
 -- name: schedule_runner_record_slots
 -- The runner's pass, in its transaction: the fate of each slot it decided (enqueued
--- with its job, found by the slot's unique key; skipped; missed). A slot that
--- already has a row (a backfilled slot the runner finds a duplicate) takes the newer
--- decision.
+-- with its job: the id the claim drew, or for a job that existed before the pass
+-- the one its unique key finds; skipped; missed). A slot that already has a row (a
+-- backfilled slot the runner finds a duplicate) takes the newer decision.
 INSERT INTO {schema}.schedule_slots AS h (schedule_name, slot, fate, job_id)
 SELECT r.name, r.slot, r.fate,
-       (SELECT j.id FROM {schema}.jobs AS j WHERE j.unique_key = r.unique_key)
+       coalesce(r.job_id,
+                (SELECT j.id FROM {schema}.jobs AS j WHERE j.unique_key = r.unique_key))
 FROM unnest(%(names)s::text[], %(slots)s::timestamptz[], %(fates)s::text[],
-            %(unique_keys)s::text[]) AS r(name, slot, fate, unique_key)
+            %(job_ids)s::bigint[], %(unique_keys)s::text[])
+     AS r(name, slot, fate, job_id, unique_key)
 ON CONFLICT (schedule_name, slot) DO UPDATE
 SET fate = excluded.fate, job_id = coalesce(excluded.job_id, h.job_id), recorded_at = now();
 
 -- name: schedule_runner_prune_slots
 -- Keep each named schedule's newest %(keep)s slots (same transaction as the record
--- above, a later statement, so it sees the rows just written: the table never
--- holds more than keep + one pass's slots per schedule). Driven by the names: one
+-- above, a later statement, so it sees the rows just written). Only the schedules
+-- whose slot_rows passed the bound plus a margin are named (the runner decides from
+-- the count the claim read), so a schedule's history holds at most bound + margin +
+-- one pass's slots, and readers show the newest bound of them. Driven by the names: one
 -- walk down each schedule's primary-key entries to its keep-th newest slot (none
 -- for a schedule with fewer rows: nothing to join), then its older entries, so the
 -- cost follows the schedules of the pass, not the table (OFFSET 0 keeps that
@@ -342,13 +361,14 @@ UPDATE {schema}.schedule_slots SET fate = 'replaced', recorded_at = now()
 WHERE schedule_name = %(name)s AND job_id = %(job_id)s;
 
 -- name: schedule_slot_list
--- A schedule's last slots with their fate, newest first, and the run's status now.
+-- A schedule's last slots with their fate, newest first, and the run's status now:
+-- at most the history's bound (%(keep)s), whatever the rows kept until the next prune.
 SELECT h.slot, h.fate, h.job_id, j.status::text, h.recorded_at
 FROM {schema}.schedule_slots AS h
 LEFT JOIN {schema}.jobs AS j ON j.id = h.job_id
 WHERE h.schedule_name = %(name)s
 ORDER BY h.slot DESC
-LIMIT %(limit)s;
+LIMIT least(%(limit)s, %(keep)s);
 
 -- name: schedule_fate_counts
 -- Every schedule's slot fates, counted (jobwarden_schedule_slots_total, exported
