@@ -205,3 +205,27 @@ def test_the_job_ids_the_claim_draws_name_each_slots_job(client: Client) -> None
         newest = max(key for key in by_key if key and key.startswith(f"{name}:"))
         assert record.last_job_id == by_key[newest]
     assert len([k for k in by_key if k and k.startswith("many:")]) == 4
+
+
+def test_a_slot_with_a_history_row_redoes_the_pass_and_takes_the_newer_fate(
+        client: Client, db: Database) -> None:
+    """The history goes in by a plain insert; a slot that has a row already (its
+    planning point moved back) fails it: the pass is rolled back and redone with the
+    merging insert -- one job for the slot, its fate the new one naming that job, the
+    counts and the metric moved once, and the other schedule of the pass untouched."""
+    client.schedules.upsert("back", interval="1m", job_class=JOB, now=T0)
+    client.schedules.upsert("other", interval="1m", job_class=JOB, now=T0)
+    with psycopg.connect(db.dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO jobwarden.schedule_slots (schedule_name, slot, fate) "
+                     "VALUES ('back', %s, 'missed')", (at(12, 1),))
+    before = enqueued_metric("back")
+    report = client.schedules.enqueue_due(now=at(12, 1, 1))
+    assert report.enqueued == 2 and report.duplicates == 0 and report.errors == 0
+    assert keys_of(client, "back") == ["back:2030-01-07T12:01:00Z"]
+    assert keys_of(client, "other") == ["other:2030-01-07T12:01:00Z"]
+    [job] = [j for j in client.jobs(limit=10) if j.schedule_name == "back"]
+    [fate] = db.schedules.slots("back")
+    assert (fate.slot, fate.fate, fate.job_id) == (at(12, 1), "enqueued", job.id)
+    record = client.schedules.get("back")
+    assert record is not None and record.enqueued_count == 1 and record.last_job_id == job.id
+    assert enqueued_metric("back") == before + 1

@@ -152,11 +152,14 @@ class RunnerPass:
         }).fetchall()
         return {row[0] for row in found}
 
-    def finish(self, write: PassWrite, *, keep: int, notify_queues: Sequence[str]) -> None:
+    def finish(self, write: PassWrite, *, keep: int, notify_queues: Sequence[str],
+               merge: bool = False) -> None:
         """NOTIFY, write back, record the slots' fates, prune, COMMIT: one message.
 
         A job is named by its id where the pass knows it; only where it does not (the
-        job existed before the pass) does its unique key go out, for a lookup.
+        job existed before the pass) does its unique key go out, for a lookup. The
+        history is a plain insert unless ``merge``: a slot that has a row already
+        raises :class:`SlotConflict` (rolled back: redo the pass with ``merge``).
         """
         instants: dict[datetime.datetime, str] = {}
 
@@ -189,14 +192,19 @@ class RunnerPass:
                 "last_key": _unknown(write.last_key, write.last_job_ids),
                 "error": write.error, "slot_rows": write.slot_rows}))
         if write.fate_names:
-            statements.append(self._bind_arrays("schedule_runner_record_slots", {
+            history = "schedule_runner_merge_slots" if merge else "schedule_runner_record_slots"
+            statements.append(self._bind_arrays(history, {
                 "names": write.fate_names, "slots": texts(write.fate_slots),
                 "fates": write.fates, "job_ids": write.fate_job_ids,
                 "unique_keys": _unknown(write.fate_keys, write.fate_job_ids)}))
         if write.prune:
             statements.append(self._bind_arrays("schedule_runner_prune_slots", {
                 "names": write.prune, "keep": keep}))
-        self._send([*statements, "COMMIT"])
+        try:
+            self._send([*statements, "COMMIT"])
+        except psycopg.errors.UniqueViolation as exc:
+            self.conn.rollback()
+            raise SlotConflict(str(exc)) from exc
 
 
 def _unknown(keys: list[str | None], ids: list[int | None]) -> list[str | None]:

@@ -133,9 +133,11 @@ def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_second
           ) -> tuple[RunReport, tuple[dt.datetime, str] | None]:
     """One transaction: claim due schedules, plan, enqueue, advance; metrics after commit.
 
-    Returns the report and the page key to continue after. The jobs go in by COPY;
-    a slot whose job already exists (a backfill, a runner that worked from a stale
-    view) fails the COPY, and the pass is redone with an insert that skips it.
+    Returns the report and the page key to continue after. The jobs go in by COPY
+    and the history by a plain insert; a slot whose job already exists (a backfill,
+    a runner that worked from a stale view) fails the COPY, a slot that has a
+    history row (a planning point moved back) fails the insert, and the pass is
+    redone with inserts that skip the job and update the history row.
     """
     try:
         return _attempt(db, now=now, limit=limit, tolerance_seconds=tolerance_seconds,
@@ -181,7 +183,7 @@ def _attempt(db: Database, *, now: dt.datetime | None, limit: int, tolerance_sec
                 for row in rows:
                     if row[7] not in fresh:
                         write.enqueued[position[row[9]]] -= 1
-        tx.finish(write, keep=SLOT_HISTORY,
+        tx.finish(write, keep=SLOT_HISTORY, merge=not copy,
                   notify_queues=sorted({row[0] for row in fresh_rows}))
     # Committed: only now do the counters move (a rolled-back pass counted nothing).
     report.enqueued += sum(write.enqueued)

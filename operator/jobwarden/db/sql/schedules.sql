@@ -322,17 +322,29 @@ WHERE name = %(name)s
 -- name: schedule_runner_record_slots
 -- The runner's pass, in its transaction: the fate of each slot it decided (enqueued
 -- with its job: the id the claim drew, or for a job that existed before the pass
--- the one its unique key finds; skipped; missed). A slot that already has a row (a
--- backfilled slot the runner finds a duplicate) takes the newer decision.
+-- the one its unique key finds; skipped; missed). A plain insert: a slot decided
+-- now is after the schedule's planning point, so it has no row yet unless the
+-- point moved back; then the unique violation rolls the pass back and the runner
+-- redoes it with schedule_runner_merge_slots (the same as a COPY conflict). Half
+-- the server time of INSERT ... ON CONFLICT, whose every row is a speculative
+-- insertion (an index probe first, a confirmation record in the WAL after).
+INSERT INTO {schema}.schedule_slots (schedule_name, slot, fate, job_id)
+{fragment_schedule_runner_slots};
+
+-- name: schedule_runner_merge_slots
+-- The redo's history: a slot that already has a row takes the newer decision.
 INSERT INTO {schema}.schedule_slots AS h (schedule_name, slot, fate, job_id)
+{fragment_schedule_runner_slots}
+ON CONFLICT (schedule_name, slot) DO UPDATE
+SET fate = excluded.fate, job_id = coalesce(excluded.job_id, h.job_id), recorded_at = now();
+
+-- name: fragment_schedule_runner_slots
 SELECT r.name, r.slot, r.fate,
        coalesce(r.job_id,
                 (SELECT j.id FROM {schema}.jobs AS j WHERE j.unique_key = r.unique_key))
 FROM unnest(%(names)s::text[], %(slots)s::timestamptz[], %(fates)s::text[],
             %(job_ids)s::bigint[], %(unique_keys)s::text[])
      AS r(name, slot, fate, job_id, unique_key)
-ON CONFLICT (schedule_name, slot) DO UPDATE
-SET fate = excluded.fate, job_id = coalesce(excluded.job_id, h.job_id), recorded_at = now();
 
 -- name: schedule_runner_prune_slots
 -- Keep each named schedule's newest %(keep)s slots (same transaction as the record
