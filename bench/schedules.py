@@ -80,7 +80,12 @@ def _create(db: Database, kind: str, count: int) -> None:
 def _reset(dsn: str, due: str | None = None) -> None:
     """Schedules of kind ``due`` due with one slot in their window, the others not; no jobs.
 
-    Not timed; ends with VACUUM ANALYZE, as autovacuum would leave the tables.
+    Not timed; ends with VACUUM ANALYZE, as autovacuum would leave the tables. Moving
+    a planning point back is something only this reset does (the store never
+    does), so it also deletes the history of the slots after the new planning
+    point, as it truncates their jobs: a pass then records those slots' fates as a
+    real pass does, with new rows (before round 5 it merged them into the rows the
+    previous repetition left, which the runner's plain history insert refuses).
     """
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {SCHEMA}.jobs CASCADE")
@@ -91,11 +96,15 @@ def _reset(dsn: str, due: str | None = None) -> None:
                     "next_slot = now() - %s, last_slot = NULL, last_job_id = NULL, "
                     "enqueued_count = 0, missed_count = 0, skipped_count = 0 "
                     "WHERE name LIKE %s", (back, dt.timedelta(seconds=1), f"{kind}-%"))
+                conn.execute(f"DELETE FROM {SCHEMA}.schedule_slots AS h "  # noqa: S608
+                             f"USING {SCHEMA}.schedules AS s WHERE s.name = h.schedule_name "
+                             "AND h.slot > s.planned_until AND s.name LIKE %s", (f"{kind}-%",))
             else:
                 conn.execute(f"UPDATE {SCHEMA}.schedules SET next_slot = now() "  # noqa: S608
                              "+ interval '1 day' WHERE name LIKE %s", (f"{kind}-%",))
         conn.execute(f"VACUUM ANALYZE {SCHEMA}.schedules")
         conn.execute(f"VACUUM ANALYZE {SCHEMA}.jobs")
+        conn.execute(f"VACUUM ANALYZE {SCHEMA}.schedule_slots")
 
 
 def _batch_specs(count: int) -> list[JobSpec]:
