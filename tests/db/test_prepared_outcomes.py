@@ -26,8 +26,8 @@ from jobwarden.structs.jobs import ClaimedJob, Completion, Failure
 from jobwarden.structs.states import JobStatus
 from tests.support import testjobs
 
-OUTCOME_STATEMENTS = ("job_complete_many", "job_fail", "job_cancelled", "job_release",
-                      "job_heartbeat_many")
+OUTCOME_STATEMENTS = ("job_complete_one", "job_complete_many", "job_fail", "job_cancelled",
+                      "job_release", "job_heartbeat_many")
 
 
 def _prepared_on_server(db: Database) -> set[str]:
@@ -70,12 +70,13 @@ def db(dsn: str) -> Iterator[Database]:
 
 def test_every_outcome_write_executes_its_prepared_statement_with_the_same_effect(
         client: jobwarden.Client, db: Database, dsn: str) -> None:
-    done, failing, final, cancelled, released = _claim(client, db, 5)
+    done, pair_1, pair_2, failing, final, cancelled, released = _claim(client, db, 7)
     ack = db.jobs.heartbeat_many([(c.id, c.claim_token) for c in
                                   (done, failing, final, cancelled, released)],
                                  grace_seconds=30)
     assert ack.alive == {done.id, failing.id, final.id, cancelled.id, released.id}
-    assert _complete(db, [done]) == {done.id}
+    assert _complete(db, [done]) == {done.id}  # one: job_complete_one
+    assert _complete(db, [pair_1, pair_2]) == {pair_1.id, pair_2.id}  # job_complete_many
     assert db.jobs.fail(Failure(id=failing.id, claim_token=failing.claim_token, error="boom",
                                 retryable=True, retry_in_seconds=60)) is JobStatus.PENDING
     assert db.jobs.fail(Failure(id=final.id, claim_token=final.claim_token, error="bad",
@@ -94,6 +95,9 @@ def test_every_outcome_write_executes_its_prepared_statement_with_the_same_effec
     assert got[cancelled.id].status is JobStatus.CANCELLED
     assert got[released.id].status is JobStatus.PENDING and got[released.id].attempts == 0
     assert _attempt_rows(dsn, done.id) == [(1, "completed", "completed")]
+    for c in (pair_1, pair_2):
+        assert client.job(c.id).result == {"ok": c.id}
+        assert _attempt_rows(dsn, c.id) == [(1, "completed", "completed")]
     assert _attempt_rows(dsn, failing.id) == [(1, "failed", "pending")]
 
     held = _prepared_on_server(db)
@@ -123,37 +127,40 @@ def test_an_outcome_of_a_stale_claim_changes_nothing_through_the_prepared_statem
     assert db.prepared.enabled
 
 
+@pytest.mark.parametrize("size", [1, 2], ids=["job_complete_one", "job_complete_many"])
 def test_a_statement_lost_by_a_pooler_falls_back_to_text_and_records_each_outcome_once(
-        dsn: str) -> None:
+        dsn: str, size: int) -> None:
     """DEALLOCATE behind the client's back: what a transaction-mode pooler does when
     it hands the next statement to a server connection without the PREPARE."""
     with Database(dsn, min_size=1, max_size=1) as db:  # one connection: the one we break
         client = jobwarden.Client(database=db)
-        first, second, failing, stale_one = _claim(client, db, 4)
-        assert _complete(db, [first]) == {first.id}
+        claims = _claim(client, db, 3 * size + 1)
+        first, second, stale = (claims[k * size:(k + 1) * size] for k in range(3))
+        failing = claims[-1]
+        assert _complete(db, first) == {c.id for c in first}
         with db.connection() as conn:
             conn.execute("DEALLOCATE ALL")
-        assert _complete(db, [second]) == {second.id}
+        assert _complete(db, second) == {c.id for c in second}
         assert not db.prepared.enabled  # plain text from now on
         assert db.jobs.fail(Failure(id=failing.id, claim_token=failing.claim_token,
                                     error="boom", retryable=False,
                                     retry_in_seconds=0)) is JobStatus.FAILED
-        assert _complete(db, [_stale(stale_one)]) == set()  # still fenced
-        assert _complete(db, [second]) == set()  # a second write of the same outcome
-        for job_id, status in ((first.id, JobStatus.COMPLETED),
-                               (second.id, JobStatus.COMPLETED),
-                               (failing.id, JobStatus.FAILED),
-                               (stale_one.id, JobStatus.PROCESSING)):
-            assert client.job(job_id).status is status
-        assert _attempt_rows(dsn, second.id) == [(1, "completed", "completed")]
-        assert _attempt_rows(dsn, stale_one.id) == []
+        assert _complete(db, [_stale(c) for c in stale]) == set()  # still fenced
+        assert _complete(db, second) == set()  # a second write of the same outcome
+        for c in first + second:
+            assert client.job(c.id).status is JobStatus.COMPLETED
+            assert _attempt_rows(dsn, c.id) == [(1, "completed", "completed")]
+        for c in stale:
+            assert client.job(c.id).status is JobStatus.PROCESSING
+            assert _attempt_rows(dsn, c.id) == []
+        assert client.job(failing.id).status is JobStatus.FAILED
         with db.connection() as conn:
             assert conn.execute("SELECT count(*) FROM pg_prepared_statements"
                                 ).fetchone() == (0,)
 
 
 ROWS = 20_000
-PROCESSING = 200
+PROCESSING = 2
 
 
 def _finished_rows(dsn: str, rows: int, *, processing: int = 0) -> None:
@@ -188,7 +195,8 @@ def test_the_server_settles_on_a_generic_plan_for_batches_of_any_size(
     with db.connection() as conn:
         plans = dict((r[0], (r[1], r[2])) for r in conn.execute(
             "SELECT name, generic_plans, custom_plans FROM pg_prepared_statements"))
-    for name in ("job_complete_many", "job_heartbeat_many"):
+    for name in ("job_complete_one" if size == 1 else "job_complete_many",
+                 "job_heartbeat_many"):
         generic, custom = plans[prepared_form(name, db.sql(name))[0]]
         assert generic >= calls - 5 and custom <= 5, (name, generic, custom)
 
@@ -205,7 +213,9 @@ def test_the_generic_plan_of_an_outcome_statement_looks_jobs_up_by_id(
               "results": [None, None], "lease_lost": [False, False], "done_channel": "d",
               "id": 1, "token": uuid.uuid4(), "error": "e", "retryable": True,
               "retry_in": 1.0, "grace": 30.0, "dropped": False, "delay": 0.0,
-              "deferral": 0}
+              "deferral": 0, "result": None}
+    if name == "job_complete_one":
+        values["lease_lost"] = False
     _finished_rows(dsn, ROWS, processing=PROCESSING)
     with psycopg.connect(dsn, autocommit=True) as conn:
         statement, order, prepare = prepared_form(name, db.sql(name))

@@ -172,6 +172,12 @@ class JobsTable:
         """Record successes; returns the ids actually written (the rest were fenced)."""
         if not completions:
             return set()
+        if len(completions) == 1:
+            [one] = completions
+            return {r[0] for r in self._db.prepared_rows("job_complete_one", {
+                "id": one.id, "token": one.claim_token, "result": Jsonb(one.result),
+                "lease_lost": one.lease_lost, "done_channel": self.done_channel,
+            })}
         rows = self._db.prepared_rows("job_complete_many", {
             "ids": [c.id for c in completions],
             "tokens": [c.claim_token for c in completions],

@@ -283,6 +283,24 @@ done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
 {fragment_notify_done}
 SELECT ended.id FROM ended, notified;
 
+-- name: job_complete_one
+-- job_complete_many for a batch of one (an idle worker's every completion), by a
+-- scalar id: a generic plan for an array of unknown length expects ten rows and
+-- reads a small table whole rather than probe its primary key ten times; for one
+-- id the probe is the cheapest plan at any size.
+WITH ended AS (
+    UPDATE {schema}.jobs AS j
+    SET status = 'completed', result = %(result)s, lease_lost = %(lease_lost)s,
+        finished_at = now(), claim_expires_at = NULL, updated_at = now()
+    WHERE j.id = %(id)s AND j.claim_token = %(token)s AND j.status = 'processing'
+    RETURNING j.id, j.attempts, j.claimed_at, j.claimed_by, 'completed'::text AS outcome,
+              j.status::text AS status_after, NULL::text AS error
+),
+recorded AS ({fragment_attempt_record}),
+done AS (SELECT id FROM ended),
+{fragment_notify_done}
+SELECT ended.id FROM ended, notified;
+
 -- name: job_complete_tx
 -- A job completing itself inside its own transaction (Job.complete_in_transaction):
 -- fenced like every outcome write, run on the job's connection, so the completion
