@@ -106,6 +106,28 @@ def test_every_outcome_write_executes_its_prepared_statement_with_the_same_effec
     assert db.prepared.enabled
 
 
+TRICKY_RESULTS = [None, "null", "", 'a "quoted" \\ back\\slash', "it's", {"a": None},
+                  [1, "two", {"x": "}{,"}], "ünïcödé ✓", 1.5, True, {"k": "\\\""}]
+
+
+@pytest.mark.parametrize("prepared", [True, False], ids=["prepared", "plain text"])
+def test_a_batch_of_completions_stores_every_result_as_it_was(
+        client: jobwarden.Client, db: Database, prepared: bool) -> None:
+    """The batch's arrays are spelled out as literals by the client: quotes,
+    backslashes, braces and a JSON null must arrive unchanged."""
+    db.prepared.enabled = prepared
+    claims = _claim(client, db, len(TRICKY_RESULTS))
+    assert db.jobs.complete_many([
+        Completion(id=c.id, claim_token=c.claim_token, result=result, lease_lost=k % 2 == 1)
+        for k, (c, result) in enumerate(zip(claims, TRICKY_RESULTS, strict=True))
+    ]) == {c.id for c in claims}
+    for k, (c, result) in enumerate(zip(claims, TRICKY_RESULTS, strict=True)):
+        job = client.job(c.id)
+        assert job.status is JobStatus.COMPLETED
+        assert job.result == result
+        assert job.lease_lost is (k % 2 == 1)
+
+
 def test_an_outcome_of_a_stale_claim_changes_nothing_through_the_prepared_statements(
         client: jobwarden.Client, db: Database, dsn: str) -> None:
     claims = _claim(client, db, 5)
