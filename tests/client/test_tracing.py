@@ -105,6 +105,52 @@ def test_without_opentelemetry_nothing_is_traced_or_stored(
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
+_WITHOUT_SDK = """
+import sys, threading
+from opentelemetry import trace
+import jobwarden
+from jobwarden import settings
+from jobwarden.assembly import build_worker
+from jobwarden.db.database import Database
+
+assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+seen = {}
+done = threading.Event()
+
+@jobwarden.job
+def probe(n: int) -> None:
+    seen[n] = trace.get_current_span().get_span_context().trace_id
+    if len(seen) == 2:
+        done.set()
+
+with Database(sys.argv[1]) as db:
+    client = jobwarden.Client(database=db)
+    plain = client.enqueue(probe, {"n": 1}).id
+    carried = client.enqueue(probe, {"n": 2}).id
+    with db.connection() as conn:
+        conn.execute("UPDATE jobwarden.jobs SET trace_context = %s WHERE id = %s",
+                     (sys.argv[2], carried))
+    assert client.job(plain).trace_context is None
+    worker = build_worker(db, settings.WorkerSettings(http_port=None, concurrency=1))
+    worker.start()
+    assert done.wait(60)
+    worker.stop()
+print(f"{seen[1]:032x} {seen[2]:032x}")
+"""
+
+
+def test_without_an_sdk_a_job_sees_the_trace_context_it_was_enqueued_with(dsn: str) -> None:
+    """With the API but no SDK the attempt's span is skipped when the job carries no
+    context; one that does still runs inside its enqueuer's trace (propagation works
+    without an SDK)."""
+    trace_id = "0af7651916cd43dd8448eb211c80319c"
+    carried = json.dumps({"traceparent": f"00-{trace_id}-b7ad6b7169203331-01"})
+    found = subprocess.run([sys.executable, "-c", _WITHOUT_SDK, dsn, carried],
+                           capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr[-2000:]
+    assert found.stdout.split() == ["0" * 32, trace_id]
+
+
 def test_jobs_show_and_the_console_show_the_stored_trace_context(
         client: jobwarden.Client, spans: InMemorySpanExporter, dsn: str) -> None:
     enqueued = client.enqueue(testjobs.Record, {"n": 1})

@@ -17,7 +17,7 @@ from jobwarden import definitions, errors, logfields, metrics
 from jobwarden.db.database import Database
 from jobwarden.worker import execution
 from jobwarden.worker.context import Attempt, AttemptContext, Failed, Outcome
-from jobwarden.worker.extensions import CallNext, WorkerExtension
+from jobwarden.worker.extensions import CallNext, Extension, WorkerExtension
 from jobwarden.worker.recorder import Recorder
 
 
@@ -37,6 +37,11 @@ class AttemptRunner:
         self.result_max_bytes = result_max_bytes
         self.isolation = isolation
         self.extensions = extensions
+        #: Those that wrap an attempt: the others' around_attempt is Extension's
+        #: pass-through, a link per job that only calls the next one.
+        self._wrapping = [ext for ext in extensions
+                          if getattr(type(ext), "around_attempt", None)
+                          is not Extension.around_attempt]
         self.recorder = recorder
         self._heartbeat_one = heartbeat_one
 
@@ -76,7 +81,7 @@ class AttemptRunner:
         # The extensions wrap the attempt, the first one outermost (River's middleware):
         # each may answer without calling the next link (a busy lease never starts).
         call: CallNext = perform
-        for ext in reversed(self.extensions):
+        for ext in reversed(self._wrapping):
             call = _link(ext, attempt, job_class, call)
         context = AttemptContext(attempt, self._heartbeat_one, db=self.db,
                                  result_max_bytes=self.result_max_bytes)

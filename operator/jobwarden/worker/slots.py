@@ -32,7 +32,7 @@ from jobwarden import logfields, metrics
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.capacity import Capacity
-from jobwarden.worker.context import Attempt, Outcome, Released
+from jobwarden.worker.context import Attempt, Outcome, Released, Succeeded
 from jobwarden.worker.outcomes import Outcomes
 from jobwarden.worker.running import AttemptRunner
 
@@ -159,9 +159,14 @@ class Slots:
     def recorded(self, attempt: Attempt, outcome: Outcome, status: JobStatus | None) -> None:
         """The recorder wrote an attempt's outcome: out of hand, then counted and hooked."""
         claim = attempt.claim
+        with self._active_lock:
+            self._active.pop(claim.id, None)
+        if status is not None and isinstance(outcome, Succeeded):
+            # A recorded success logs nothing here (its hook runs on the hook thread):
+            # no log fields to set, the common case of every job.
+            self.outcomes.recorded(attempt, outcome, status)
+            return
         with logfields.attempt(job_id=claim.id, job_class=claim.job_class,
                                attempt=claim.attempt, queue=claim.queue,
                                host=self.runner.host):
-            with self._active_lock:
-                self._active.pop(claim.id, None)
             self.outcomes.recorded(attempt, outcome, status)
