@@ -32,8 +32,10 @@ def test_a_pair_prepares_its_two_calls_once_per_connection(dsn: str) -> None:
             with client.lease("prepared", ttl=30) as lease:
                 assert lease.token > 0
         statements = _server_statements(db)
-        assert len(statements) == 2  # acquire and release, once each on the connection
+        # lease_acquire (the name's first use), lease_take and lease_free: once each.
+        assert len(statements) == 3
         assert any("lease_acquire($1, $2" in s and "$7)" in s for s in statements)
+        assert sum('UPDATE "jobwarden".leases' in s and "%(" not in s for s in statements) == 2
         assert db.connections.prepared_misses == 0
 
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from jobwarden.db.database import Database
-from jobwarden.structs.leases import MAX_NAME_LENGTH, lease_name
+from jobwarden.structs.leases import MAX_NAME_LENGTH, HeldLease, lease_name
 from tests.support.waiting import wait_for
 
 
@@ -172,3 +172,36 @@ def test_a_semaphore_never_exceeds_n_under_contention(db: Database) -> None:
         t.join()
     assert peak == 2
     assert entries > 20
+
+
+def test_a_held_lease_always_has_an_expiry_whatever_wrote_it(db: Database) -> None:
+    """The rule the dropped CHECK leases_held_has_expiry stated (migration 0017): every
+    statement that writes a holder writes its expiry. Checked after each writer."""
+
+    def holders_without_expiry() -> int:
+        with db.connection() as conn:
+            row = conn.execute("SELECT count(*) FROM jobwarden.leases "
+                               "WHERE owner IS NOT NULL AND expires_at IS NULL").fetchone()
+        assert row is not None
+        return int(row[0])
+
+    first = db.leases.try_acquire(name="rule", owner="a", ttl_seconds=30)  # insert
+    assert first.acquired and first.token is not None
+    assert db.leases.renew(name="rule", owner="a", token=first.token, ttl_seconds=60)
+    held = db.leases.renew_many([HeldLease(name="rule", slot=0, owner="a", token=first.token,
+                                           ttl_seconds=60)])
+    assert held == {("rule", 0, first.token)}
+    db.leases.mark_waiting("rule", seconds=1)
+    assert holders_without_expiry() == 0
+    assert db.leases.release(name="rule", owner="a", token=first.token)
+    again = db.leases.try_acquire(name="rule", owner="b", ttl_seconds=30)  # lease_take
+    assert again.acquired
+    assert holders_without_expiry() == 0
+    assert [r.owner for r in db.leases.clear("rule", force=True)] == ["b"]
+    for owner in ("s1", "s2"):  # a semaphore's seeded rows, then its slot acquire
+        assert db.leases.try_acquire(name="sem", owner=owner, ttl_seconds=30, slots=3).acquired
+    assert holders_without_expiry() == 0
+    with db.connection() as conn:
+        free = conn.execute("SELECT count(*) FROM jobwarden.leases "
+                            "WHERE owner IS NULL AND expires_at IS NOT NULL").fetchone()
+    assert free == (0,)  # and a free row has none

@@ -1,13 +1,14 @@
 """Hot named queries as protocol-level prepared statements named by their text.
 
-Why: a lease pair is two one-line calls (``SELECT * FROM lease_acquire(...)``,
-``SELECT lease_release(...)``) whose work is cached in PL/pgSQL plans, so what
-was left per call on the server was parsing and planning the call itself, and on
-the client psycopg's general cursor path (query conversion, a parse message per
-call, result bookkeeping). A protocol-level prepared statement (Parse once per
-connection, then Bind/Execute only) removes both, with no quoting of values
-into SQL text (the SQL-level ``EXECUTE`` of ``db/prepared.py`` costs the client
-more than it saves on a statement this small).
+Why: a lease pair is two single-row statements run thousands of times a second
+(``leases.sql`` lease_take and lease_free). Unprepared, each is parsed and
+planned on every call, and the client goes through psycopg's general cursor
+path (query conversion, a parse message per call, result bookkeeping). A
+protocol-level prepared statement (Parse once per connection, then Bind/Execute
+only) removes both, with no quoting of values into SQL text (the SQL-level
+``EXECUTE`` of ``db/prepared.py`` costs the client more than it saves on a
+statement this small). Results come back in binary (no timestamp formatting on
+the server, no parsing on the client).
 
 Why not psycopg's own ``prepare=True``: its statements are named ``_pg3_0``,
 ``_pg3_1``, ... per connection, so behind a transaction-mode pooler that does
@@ -94,7 +95,7 @@ def run_prepared(conn: Connection, call: PreparedCall, params: Params) -> list[R
         state.prepared.add(call.statement)
     tx = state.transformer
     values = tx.dump_sequence([params[key] for key in call.order], call.formats)
-    pgconn.send_query_prepared(call.statement, values)
+    pgconn.send_query_prepared(call.statement, values, result_format=pq.Format.BINARY)
     result = _check(conn.wait(generators.execute(pgconn)), state, allow=_MISSING)
     if result is None:
         state.prepared.discard(call.statement)

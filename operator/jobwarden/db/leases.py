@@ -79,7 +79,11 @@ class LeasesTable:
         params = {"name": stored, "owner": owner, "host": host, "ttl": ttl, "slots": slots,
                   "slot": 0, "job_id": job_id, "claim_token": claim_token}
         if slots == 1:
-            rows = self._db.call("lease_acquire", params)
+            # The common case in one UPDATE (the row exists, free or lapsed); the
+            # function for the rest (first use, busy, a job's lease).
+            rows = self._db.call("lease_take", params) if job_id is None else []
+            if not rows:
+                rows = self._db.call("lease_acquire", params)
             found = rows[0] if rows else None
         else:
             if job_id is not None:
@@ -92,7 +96,7 @@ class LeasesTable:
         if found is None:
             # Busy, but the holder's row was committed after this statement's snapshot.
             return self._busy(stored, slots)
-        acquired, slot, token, expires_at, holder, holder_host, remaining = found
+        acquired, slot, token, expires_at, holder, holder_host, remaining = found[:7]
         return Acquisition(acquired=bool(acquired), name=stored, slot=slot,
                            token=token if acquired else None,
                            expires_at=expires_at, remaining_seconds=float(remaining or 0.0),
@@ -135,14 +139,25 @@ class LeasesTable:
                 wake_jobs: bool = True) -> bool:
         """Free the lease and wake waiters; False when it was no longer ours.
 
-        ``wake_jobs``: also make the next job deferred on this lease due now (an
-        index probe; a script holding ``key:<k>`` to hold jobs back gets it too).
+        ``wake_jobs``: also make the next job deferred on this lease due now (only
+        where a job's busy acquire marked the lease; a script holding ``key:<k>`` to
+        hold jobs back gets it too). That hand-over is its own statement after the
+        release committed: if it fails, the release still happened (True) and the
+        job waits out its defer delay.
         """
-        found = self._db.call("lease_release", {
-            "name": lease_name(name), "slot": slot, "owner": owner, "token": token,
-            "channel": self.channel, "wake_jobs": wake_jobs, "jobs_channel": self.jobs_channel,
-        })
-        return bool(found and found[0][0])
+        stored = lease_name(name)
+        found = self._db.call("lease_free", {"name": stored, "slot": slot, "owner": owner,
+                                             "token": token, "channel": self.channel})
+        if not found:
+            return False
+        if wake_jobs and found[0][0]:
+            try:
+                self._db.call("lease_hand_over", {"name": stored,
+                                                  "jobs_channel": self.jobs_channel})
+            except errors.DatabaseUnavailable as exc:
+                logger.warning("lease %r released, but the next deferred job was not "
+                               "woken (it runs after its defer delay): %s", stored, exc)
+        return True
 
     def mark_waiting(self, name: str, *, seconds: float) -> None:
         """Announce a waiter until ``seconds`` from now, so releases NOTIFY (see ``watch``)."""

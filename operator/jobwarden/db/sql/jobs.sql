@@ -657,7 +657,7 @@ RETURNING l.name, l.waiting_until
 -- Shared by the statements that free a lease for a claimant that cannot release it
 -- itself (the reaper, a pod run's end): the next job deferred on each freed lease
 -- (highest priority, oldest) is made due now, and the workers of its queue are
--- woken, as a holder's own release does (lease_release's wake_jobs). Without it the
+-- woken, as a holder's own release does (lease_hand_over). Without it the
 -- job waited out its defer delay (up to 30 s) for a lease that was already free: a
 -- Replace's next pod run started up to 30 s late, and never with an interval that
 -- short. One job per lease, so a crowd deferred on one key does not stampede.

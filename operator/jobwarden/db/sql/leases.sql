@@ -3,14 +3,37 @@
 -- the holder was handed), so a holder whose lease lapsed and was taken over can
 -- neither renew nor release its successor's lease.
 
+-- name: lease_take
+-- The common acquire, ONE prepared single-row UPDATE: the row exists and is free or
+-- lapsed. Nothing returned means "not that case" and the caller runs lease_acquire
+-- (first use of the name, busy, or a job's lease: see there). Of any number of
+-- concurrent callers exactly one gets it: a concurrent writer's lock makes the
+-- UPDATE wait and re-check "free or lapsed" against the row's newest version
+-- (EvalPlanQual), recomputing the SET, so the token is drawn after the previous
+-- holder's statement committed and is larger than every token this (name, slot)
+-- handed out before. Durable: a server or role running synchronous_commit = off
+-- is raised to local for this transaction (the fencing token must survive a
+-- crash; a commit to disk before the holder hears of it). The last column is that
+-- raise (NULL when nothing was raised).
+UPDATE {schema}.leases AS l
+SET owner = %(owner)s, holder_host = %(host)s, token = nextval('{schema}.lease_tokens'),
+    acquired_at = now(), expires_at = now() + make_interval(secs => %(ttl)s),
+    released_at = NULL
+WHERE l.name = %(name)s AND l.slot = %(slot)s AND (l.owner IS NULL OR l.expires_at <= now())
+RETURNING true, l.slot, l.token, l.expires_at, NULL::text, NULL::text,
+          extract(epoch FROM l.expires_at - now())::float8,
+          CASE WHEN current_setting('synchronous_commit') = 'off'
+               THEN set_config('synchronous_commit', 'local', true) END;
+
 -- name: lease_acquire
 -- Take a plain lease (slot 0, or any one slot by number) in ONE statement: insert
 -- the row, or take over a row that is free or whose holder's time ran out; a
 -- durable commit (the fencing token must survive a crash). The function
--- (migration 0014) holds the statement and its reasoning: its plans are cached
--- per server process, which a pooler-safe statement of its own cannot be.
--- job_id/claim_token also record the lease on that claimed job row. Busy: the
--- holder's row, or nothing when it vanished meanwhile (the caller reads again).
+-- (migrations 0014, 0017) holds the statement and its reasoning. The path when
+-- lease_take found nothing to take (first use, busy) and for a job's lease:
+-- job_id/claim_token also record the lease on that claimed job row (and a busy
+-- one marks the lease jobs_waiting for its release). Busy: the holder's row, or
+-- nothing when it vanished meanwhile (the caller reads again).
 SELECT * FROM {schema}.lease_acquire(%(name)s, %(slot)s, %(owner)s, %(host)s, %(ttl)s,
                                      %(job_id)s, %(claim_token)s);
 
@@ -77,18 +100,34 @@ FROM unnest(%(names)s::text[], %(slots)s::integer[], %(owners)s::text[], %(token
 WHERE l.name = r.name AND l.slot = r.slot AND l.owner = r.owner AND l.token = r.token
 RETURNING l.name, l.slot, l.token;
 
--- name: lease_release
--- Free a lease, owner- and token-fenced, wake a waiter (NOTIFY only when one is
--- marked, see lease_mark_waiting) and, with wake_jobs, hand the lease to the next
--- job deferred on it. The commit does not wait for its WAL flush: a release a
--- crash forgets only lets the lease expire at its ttl. One statement, the
--- function of migration 0014 (plans cached per server process, pooler-safe).
-SELECT {schema}.lease_release(%(name)s, %(slot)s, %(owner)s, %(token)s, %(wake_jobs)s,
-                              %(channel)s, %(jobs_channel)s);
+-- name: lease_free
+-- Free a lease, owner- and token-fenced, ONE prepared single-row UPDATE; no row
+-- means it was no longer ours. The row stays, keeping its token. NOTIFY only when
+-- a waiter announced itself (lease_mark_waiting): NOTIFY makes every notifying
+-- commit in the cluster queue behind one lock, which would cap uncontended
+-- releases near the rate of one fsync at a time. A waiter's mark and this UPDATE
+-- lock the same row, so either the release sees the mark (RETURNING reads the
+-- row's newest version) or the waiter's next try, made after its mark, sees the
+-- release. Not durable (synchronous_commit off for this transaction): a release a
+-- crash forgets leaves the lease to expire at its ttl, which every holder's crash
+-- already does, and the next acquire still draws a larger token. The first column:
+-- a job deferred on this lease may wait (the caller then runs lease_hand_over).
+UPDATE {schema}.leases AS l
+SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
+WHERE l.name = %(name)s AND l.slot = %(slot)s AND l.owner = %(owner)s
+  AND (%(token)s::bigint IS NULL OR l.token = %(token)s::bigint)
+RETURNING l.jobs_waiting,
+          CASE WHEN l.waiting_until > now() THEN pg_notify(%(channel)s, l.name)::text END,
+          set_config('synchronous_commit', 'off', true);
+
+-- name: lease_hand_over
+-- After a release of a lease jobs wait on: make the next job deferred on it due now
+-- and wake its queue's workers (migration 0017). The woken job's id, or NULL.
+SELECT {schema}.lease_hand_over(%(name)s, %(jobs_channel)s);
 
 -- name: lease_mark_waiting
 -- A caller is about to block in wait() on this name until `seconds` from now:
--- releases until then send a NOTIFY (see lease_release). Every slot of the name.
+-- releases until then send a NOTIFY (see lease_free). Every slot of the name.
 -- Not durable (synchronous_commit off for this transaction): a mark a crash
 -- forgets only means no NOTIFY, and the waiter still wakes at the holder's
 -- expiry and polls at least every second.
