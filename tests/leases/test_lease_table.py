@@ -175,7 +175,7 @@ def test_a_semaphore_never_exceeds_n_under_contention(db: Database) -> None:
 
 
 def test_a_held_lease_always_has_an_expiry_whatever_wrote_it(db: Database) -> None:
-    """The rule the dropped CHECK leases_held_has_expiry stated (migration 0017): every
+    """The rule the dropped CHECK leases_held_has_expiry stated (migration 0018): every
     statement that writes a holder writes its expiry. Checked after each writer."""
 
     def holders_without_expiry() -> int:

@@ -29,7 +29,7 @@ RETURNING true, l.slot, l.token, l.expires_at, NULL::text, NULL::text,
 -- Take a plain lease (slot 0, or any one slot by number) in ONE statement: insert
 -- the row, or take over a row that is free or whose holder's time ran out; a
 -- durable commit (the fencing token must survive a crash). The function
--- (migrations 0014, 0017) holds the statement and its reasoning. The path when
+-- (migrations 0014, 0018) holds the statement and its reasoning. The path when
 -- lease_take found nothing to take (first use, busy) and for a job's lease:
 -- job_id/claim_token also record the lease on that claimed job row (and a busy
 -- one marks the lease jobs_waiting for its release). Busy: the holder's row, or
@@ -122,7 +122,7 @@ RETURNING l.jobs_waiting,
 
 -- name: lease_hand_over
 -- After a release of a lease jobs wait on: make the next job deferred on it due now
--- and wake its queue's workers (migration 0017). The woken job's id, or NULL.
+-- and wake its queue's workers (migration 0018). The woken job's id, or NULL.
 SELECT {schema}.lease_hand_over(%(name)s, %(jobs_channel)s);
 
 -- name: lease_mark_waiting
