@@ -17,6 +17,7 @@ from typing import Literal, LiteralString, cast
 
 import psycopg
 import psycopg.errors
+from psycopg import generators
 
 from jobwarden import errors
 from jobwarden.db import queries
@@ -39,7 +40,10 @@ from jobwarden.db.pool import RECONNECT_POLL_SECONDS as RECONNECT_POLL_SECONDS
 from jobwarden.db.pool import Pool
 from jobwarden.db.pool import describe_dsn as describe_dsn
 from jobwarden.db.pool import env_prepare_threshold as env_prepare_threshold
-from jobwarden.db.prepared import PreparedStatements
+from jobwarden.db.prepared import PreparedStatements, literal_adapter
+
+_TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
+_FATAL = psycopg.pq.ExecStatus.FATAL_ERROR
 
 
 class Database:
@@ -205,21 +209,31 @@ class Database:
     def _in_one_message(self, steps: list[tuple[str, Params | None]], *,
                         prepared: bool) -> list[list[Row]]:
         with self.connection() as conn:
-            binder = psycopg.ClientCursor(conn)
-            text = ";\n".join([
-                "BEGIN",
-                *(self.prepared.execute_text(conn, binder, name, self.sql(name), params)
-                  if prepared else binder.mogrify(self.sql(name), params)
-                  for name, params in steps),
-                "COMMIT"])
+            if prepared:
+                statements = [self.prepared.execute_bytes(conn, name, self.sql(name), params)
+                              for name, params in steps]
+            else:
+                binder = psycopg.ClientCursor(conn)
+                statements = [binder.mogrify(self.sql(name), params).encode()
+                              for name, params in steps]
+            # Sent and read by libpq directly, not through a cursor: a cursor builds
+            # column descriptions and per-result state the caller never reads (on the
+            # claim, more client work than the message's own quoting).
+            pgconn = conn.pgconn
             try:
-                with conn.cursor() as cur:
-                    cur.execute(text.encode())  # no parameters: the simple query protocol
-                    found: list[list[Row]] = []
-                    while True:
-                        found.append(cur.fetchall() if cur.description is not None else [])
-                        if not cur.nextset():
-                            break
+                pgconn.send_query(b";\n".join([b"BEGIN", *statements, b"COMMIT"]))
+                results = conn.wait(generators.execute(pgconn))
+                tx = literal_adapter(conn)
+                found: list[list[Row]] = []
+                for result in results:
+                    if result.status == _TUPLES_OK:
+                        tx.set_pgresult(result)
+                        found.append(tx.load_rows(0, result.ntuples, tuple))
+                    elif result.status == _FATAL:
+                        raise psycopg.errors.error_from_result(result,
+                                                               encoding=conn.info.encoding)
+                    else:
+                        found.append([])
             except BaseException:
                 if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
                     conn.rollback()

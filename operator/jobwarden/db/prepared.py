@@ -27,6 +27,8 @@ import zlib
 from typing import Any
 
 import psycopg
+from psycopg import adapt
+from psycopg.abc import Transformer
 
 from jobwarden.db.basics import Connection, Params
 
@@ -68,6 +70,31 @@ class PreparedStatements:
     def execute_text(self, conn: Connection, binder: psycopg.ClientCursor[Any], name: str,
                      text: str, params: Params | None) -> str:
         """``EXECUTE <statement>(<literals>)`` for ``text``, prepared on ``conn`` first."""
+        statement, order = self._ready(conn, name, text)
+        if not order:
+            return f"EXECUTE {statement}"
+        values = params or {}
+        return binder.mogrify(f"EXECUTE {statement}({', '.join('%s' for _ in order)})",
+                              [values[key] for key in order])
+
+    def execute_bytes(self, conn: Connection, name: str, text: str,
+                      params: Params | None) -> bytes:
+        """As :meth:`execute_text`, quoted by the connection's own value adapter.
+
+        The literals are those ``ClientCursor.mogrify`` writes (it calls the same
+        ``Transformer.as_literal``), without building a cursor and converting a
+        query per call: a third of the client's cost of quoting a claim's values.
+        """
+        statement, order = self._ready(conn, name, text)
+        if not order:
+            return b"EXECUTE " + statement.encode()
+        values = params or {}
+        literal = literal_adapter(conn).as_literal
+        return b"".join((b"EXECUTE ", statement.encode(), b"(",
+                         b", ".join([literal(values[key]) for key in order]), b")"))
+
+    def _ready(self, conn: Connection, name: str, text: str) -> tuple[str, tuple[str, ...]]:
+        """The statement's name and parameter order, ``PREPARE``d on ``conn`` first."""
         statement, order, prepare = prepared_form(name, text)
         with self._lock:
             held = self._held.setdefault(conn, set())
@@ -79,8 +106,14 @@ class PreparedStatements:
                 conn.execute(prepare.encode())  # bytes: no client-side parameters
             with self._lock:
                 held.add(statement)
-        if not order:
-            return f"EXECUTE {statement}"
-        values = params or {}
-        return binder.mogrify(f"EXECUTE {statement}({', '.join('%s' for _ in order)})",
-                              [values[key] for key in order])
+        return statement, order
+
+
+def literal_adapter(conn: Connection) -> Transformer:
+    """The connection's value adapter, kept on it: quotes values as SQL literals and
+    loads the rows of results read outside a cursor (``Database.in_one_round_trip``)."""
+    tx: Transformer | None = getattr(conn, "_jobwarden_literals", None)
+    if tx is None:
+        tx = adapt.Transformer(conn)
+        conn._jobwarden_literals = tx  # type: ignore[attr-defined]
+    return tx
