@@ -315,3 +315,23 @@ def test_a_function_job_batch_checks_every_item_against_the_signature(
             client.enqueue_many(testjobs.add, [*good, bad])
     assert client.stats()["default"]["pending"] == COPY_MIN_ROWS
     assert len(client.enqueue_many(testjobs.add, [[1, 2], {"b": 2, "a": 1}])) == 2
+
+
+def test_a_single_enqueue_runs_prepared_and_once_more_as_plain_text_when_lost(
+        dsn: str) -> None:
+    with Database(dsn, min_size=1, max_size=1) as db:
+        client = jobwarden.Client(database=db)
+        first = client.enqueue(testjobs.Record, {"n": 1})
+        with db.connection() as conn:
+            conn.execute("DEALLOCATE ALL")  # as a pooler's other server connection would be
+        second = client.enqueue(testjobs.Record, {"n": 2})  # nothing ran twice
+        assert db.connections.prepared_misses == 1
+        third = client.enqueue(testjobs.Record, {"n": 3})  # prepared again
+        assert db.connections.prepared_misses == 1
+        with db.connection() as conn:
+            rows = conn.execute("SELECT data FROM jobwarden.jobs WHERE id = ANY(%s)"
+                                " ORDER BY id", ([first.id, second.id, third.id],)).fetchall()
+            held = conn.execute("SELECT count(*) FROM pg_prepared_statements"
+                                " WHERE name LIKE 'jw_job_insert_one_visible_%'").fetchone()
+        assert [r[0] for r in rows] == [{"n": 1}, {"n": 2}, {"n": 3}]
+        assert held == (1,)

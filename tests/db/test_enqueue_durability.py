@@ -69,11 +69,17 @@ def _status(server: EmbeddedServer, job_id: int) -> JobStatus | None:
     return None if record is None else record.status
 
 
-def test_a_job_whose_enqueue_returned_survives_a_crash(server: EmbeddedServer) -> None:
+@pytest.mark.parametrize("lost_statement", [False, True])
+def test_a_job_whose_enqueue_returned_survives_a_crash(server: EmbeddedServer,
+                                                       lost_statement: bool) -> None:
     with jobwarden.Client(server.dsn, max_connections=1) as client:
         client.enqueue(testjobs.Record, {"warm": True})  # connected before the WAL stops
+        if lost_statement:  # the plain-text path a pooler's other server connection takes
+            with client.db.connection() as conn:
+                conn.execute("DEALLOCATE ALL")
 
         job_id = _then_crash(server, lambda: client.enqueue(testjobs.Record, {"n": 1}).id)
+        assert client.db.connections.prepared_misses == int(lost_statement)
     assert _status(server, job_id) is JobStatus.PENDING
 
 

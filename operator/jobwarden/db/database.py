@@ -178,11 +178,15 @@ class Database:
         connection, whose durable commit flushes the WAL past it. The call returns
         only after that: what it wrote is durable when it returns, as with a
         synchronous commit. Not for the caller's own transaction (``conn=``).
+        The statement runs prepared at the protocol level (``db/calls.py``: parsed
+        and planned once per pooled connection, values bound, pooler-safe).
         """
         if self._flush_barrier is None:
             self._flush_barrier = self.q["flush_barrier"].encode()
-        return self.connections.statement(self.q[name], params, fetch=True,
-                                          then=self._flush_barrier)[0]
+        call = self._calls.get(name)
+        if call is None:
+            call = self._calls[name] = PreparedCall.of(name, self.sql(name))
+        return self.connections.call(call, params or {}, then=self._flush_barrier)
 
     def in_one_round_trip(self, steps: list[tuple[str, Params | None]], *,
                           prepared: bool = False) -> list[list[Row]]:

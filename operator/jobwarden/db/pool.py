@@ -210,16 +210,17 @@ class Pool:
         finally:
             self.pool.putconn(conn)
 
-    def call(self, call: PreparedCall, params: Params) -> list[Row]:
+    def call(self, call: PreparedCall, params: Params, *,
+             then: bytes | None = None) -> list[Row]:
         """The rows of one hot named query, run as a protocol-level prepared statement.
 
         The same checkout, fault counting and error translation as :meth:`statement`;
         see ``db/calls.py`` for why these statements are prepared and why that is
         safe behind a pooler. A statement the server connection lost runs as plain
-        text instead (nothing ran the first time).
+        text instead (nothing ran the first time). ``then``: as in :meth:`statement`.
         """
         if self.prepared_misses >= MISSES_BEFORE_PLAIN:
-            return self.statement(call.text, params, fetch=True)[0]
+            return self.statement(call.text, params, fetch=True, then=then)[0]
         try:
             conn = self._checkout()
         except PoolTimeout as exc:
@@ -234,6 +235,8 @@ class Pool:
                 with conn.cursor() as cur:
                     cur.execute(call.text.encode(), params)
                     rows = cur.fetchall()
+            if then is not None:
+                _exec_bare(conn, then)
             return rows
         except psycopg.Error as exc:
             if isinstance(exc, psycopg.OperationalError):
