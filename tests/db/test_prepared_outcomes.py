@@ -1,4 +1,4 @@
-"""The outcome writes run from per-connection prepared statements (issue 16).
+"""The outcome writes run as per-connection prepared statements (issue 16, db/calls.py).
 
 Why it matters: every outcome write (a batch of completions, a failure, a
 cancel, a release) and the heartbeat writes the jobs table, and the server
@@ -20,6 +20,7 @@ import psycopg
 import pytest
 
 import jobwarden
+from jobwarden.db.calls import MISSES_BEFORE_PLAIN
 from jobwarden.db.database import Database
 from jobwarden.db.prepared import prepared_form
 from jobwarden.structs.jobs import ClaimedJob, Completion, Failure
@@ -103,7 +104,7 @@ def test_every_outcome_write_executes_its_prepared_statement_with_the_same_effec
     held = _prepared_on_server(db)
     for name in OUTCOME_STATEMENTS:
         assert prepared_form(name, db.sql(name))[0] in held, name
-    assert db.prepared.enabled
+    assert db.connections.prepared_misses == 0
 
 
 TRICKY_RESULTS = [None, "null", "", 'a "quoted" \\ back\\slash', "it's", {"a": None},
@@ -115,7 +116,8 @@ def test_a_batch_of_completions_stores_every_result_as_it_was(
         client: jobwarden.Client, db: Database, prepared: bool) -> None:
     """The batch's arrays are spelled out as literals by the client: quotes,
     backslashes, braces and a JSON null must arrive unchanged."""
-    db.prepared.enabled = prepared
+    if not prepared:
+        db.connections.prepared_misses = MISSES_BEFORE_PLAIN  # plain text for good
     claims = _claim(client, db, len(TRICKY_RESULTS))
     assert db.jobs.complete_many([
         Completion(id=c.id, claim_token=c.claim_token, result=result, lease_lost=k % 2 == 1)
@@ -146,37 +148,43 @@ def test_an_outcome_of_a_stale_claim_changes_nothing_through_the_prepared_statem
         job = client.job(c.id)
         assert job.status is JobStatus.PROCESSING and job.attempts == 1
         assert _attempt_rows(dsn, c.id) == []
-    assert db.prepared.enabled
+    assert db.connections.prepared_misses == 0
 
 
 @pytest.mark.parametrize("size", [1, 2], ids=["job_complete_one", "job_complete_many"])
-def test_a_statement_lost_by_a_pooler_falls_back_to_text_and_records_each_outcome_once(
+def test_a_statement_lost_by_a_pooler_runs_as_text_and_records_each_outcome_once(
         dsn: str, size: int) -> None:
     """DEALLOCATE behind the client's back: what a transaction-mode pooler does when
-    it hands the next statement to a server connection without the PREPARE."""
+    it hands the next statement to a server connection without the prepared one.
+    Each loss: that call runs as plain text; after a few, plain text for good."""
     with Database(dsn, min_size=1, max_size=1) as db:  # one connection: the one we break
         client = jobwarden.Client(database=db)
-        claims = _claim(client, db, 3 * size + 1)
-        first, second, stale = (claims[k * size:(k + 1) * size] for k in range(3))
+        rounds = MISSES_BEFORE_PLAIN
+        claims = _claim(client, db, (2 * rounds + 2) * size + 1)
+        batches = [claims[k * size:(k + 1) * size] for k in range(2 * rounds + 2)]
+        stale, last = batches[-2], batches[-1]
         failing = claims[-1]
-        assert _complete(db, first) == {c.id for c in first}
-        with db.connection() as conn:
-            conn.execute("DEALLOCATE ALL")
-        assert _complete(db, second) == {c.id for c in second}
-        assert not db.prepared.enabled  # plain text from now on
+        for k in range(rounds):
+            warm, lost = batches[2 * k], batches[2 * k + 1]
+            assert _complete(db, warm) == {c.id for c in warm}  # prepares the statement
+            with db.connection() as conn:
+                conn.execute("DEALLOCATE ALL")
+            assert _complete(db, lost) == {c.id for c in lost}  # runs as text instead
+            assert db.connections.prepared_misses == k + 1
+        assert _complete(db, last) == {c.id for c in last}  # plain text for good
         assert db.jobs.fail(Failure(id=failing.id, claim_token=failing.claim_token,
                                     error="boom", retryable=False,
                                     retry_in_seconds=0)) is JobStatus.FAILED
         assert _complete(db, [_stale(c) for c in stale]) == set()  # still fenced
-        assert _complete(db, second) == set()  # a second write of the same outcome
-        for c in first + second:
+        assert _complete(db, batches[1]) == set()  # a second write of the same outcome
+        for c in [c for batch in batches[:-2] for c in batch] + last:
             assert client.job(c.id).status is JobStatus.COMPLETED
             assert _attempt_rows(dsn, c.id) == [(1, "completed", "completed")]
         for c in stale:
             assert client.job(c.id).status is JobStatus.PROCESSING
             assert _attempt_rows(dsn, c.id) == []
         assert client.job(failing.id).status is JobStatus.FAILED
-        with db.connection() as conn:
+        with db.connection() as conn:  # plain text for good: nothing prepared again
             assert conn.execute("SELECT count(*) FROM pg_prepared_statements"
                                 ).fetchone() == (0,)
 

@@ -244,34 +244,6 @@ class Database:
                 raise
             return found[1:-1]
 
-    def prepared_rows(self, name: str, params: Params | None = None) -> list[Row]:
-        """One named query ``EXECUTE``d from a per-connection ``PREPARE``: its rows.
-
-        For the statements a worker runs per job (its outcome writes): the server
-        parses and plans a plain statement on every call, and planning one that
-        writes the jobs table (all of its indexes opened) took longer than
-        running it for a small batch. Alone in autocommit, the statement is its
-        own transaction, so a pooler that hands it to a server connection without
-        the statement fails it whole (``invalid_sql_statement_name``) before
-        anything ran: plain text from then on, for every caller
-        (:class:`~jobwarden.db.prepared.PreparedStatements`), nothing lost.
-        """
-        if self.prepared.enabled:
-            try:
-                with self.connection() as conn:
-                    binder: psycopg.ClientCursor[Row] | None = getattr(
-                        conn, "_jobwarden_binder", None)
-                    if binder is None:
-                        binder = psycopg.ClientCursor(conn)
-                        conn._jobwarden_binder = binder  # type: ignore[attr-defined]
-                    text = self.prepared.execute_text(conn, binder, name, self.sql(name),
-                                                      params)
-                    binder.execute(text.encode())  # no parameters: the simple protocol
-                    return binder.fetchall()
-            except psycopg.errors.InvalidSqlStatementName:
-                self.prepared.disable()  # nothing ran: the statement failed whole
-        return self.rows(name, params)
-
     def row(self, name: str, params: Params | None = None, *,
             conn: Connection | None = None) -> Row | None:
         found = self.rows(name, params, conn=conn)

@@ -190,14 +190,14 @@ class JobsTable:
             return set()
         if len(completions) == 1:
             [one] = completions
-            return {r[0] for r in self._db.prepared_rows("job_complete_one", {
+            return {r[0] for r in self._db.call("job_complete_one", {
                 "id": one.id, "token": one.claim_token, "result": Jsonb(one.result),
                 "lease_lost": one.lease_lost, "done_channel": self.done_channel,
             })}
         # The arrays spelled out here as array literals (text the statement casts):
         # psycopg adapting each list element by element cost the worker more per
         # completion than everything else the recorder does for it.
-        rows = self._db.prepared_rows("job_complete_many", {
+        rows = self._db.call("job_complete_many", {
             "ids": _array_literal([str(c.id) for c in completions]),
             "tokens": _array_literal([str(c.claim_token) for c in completions]),
             "results": _array_literal([_quoted_element(_RESULT_JSON.encode(c.result))
@@ -218,7 +218,7 @@ class JobsTable:
 
     def fail(self, failure: Failure) -> JobStatus | None:
         """Record a failed attempt; returns the new status, or None when fenced."""
-        found = self._db.prepared_rows("job_fail", {
+        found = self._db.call("job_fail", {
             "id": failure.id, "token": failure.claim_token, "error": failure.error,
             "retryable": failure.retryable, "retry_in": failure.retry_in_seconds,
             "done_channel": self.done_channel,
@@ -229,14 +229,14 @@ class JobsTable:
                        dropped: bool = False) -> bool:
         """Record a cancelled attempt; ``dropped``: never started, its lease was busy
         (on_busy = skip), which is a schedule slot's fate "dropped"."""
-        return bool(self._db.prepared_rows("job_cancelled", {
+        return bool(self._db.call("job_cancelled", {
             "id": job_id, "token": claim_token, "error": error, "dropped": dropped,
             "done_channel": self.done_channel}))
 
     def release(self, *, job_id: int, claim_token: uuid.UUID, delay_seconds: float = 0.0,
                 deferral: bool = False) -> bool:
         """Give a claim back unrun (attempt refunded); False when fenced."""
-        return bool(self._db.prepared_rows("job_release", {
+        return bool(self._db.call("job_release", {
             "id": job_id, "token": claim_token, "delay": delay_seconds, "deferral": int(deferral),
         }))
 
@@ -244,7 +244,7 @@ class JobsTable:
                        grace_seconds: float) -> HeartbeatAck:
         if not claims:
             return HeartbeatAck(alive=frozenset(), cancel_requested=frozenset())
-        rows = self._db.prepared_rows("job_heartbeat_many", {
+        rows = self._db.call("job_heartbeat_many", {
             "ids": [c[0] for c in claims], "tokens": [c[1] for c in claims],
             "grace": grace_seconds,
         })

@@ -257,7 +257,7 @@ notified AS (
 -- name: job_complete_many
 -- Batched, fenced completion. Ids missing from the result were fenced.
 -- The attempt's history row is written by the same statement.
--- The worker runs it prepared (Database.prepared_rows), and two things keep the
+-- The worker runs it prepared (Database.call, db/calls.py), and two things keep the
 -- server on one generic plan that looks each claim up by its primary key:
 -- - the arrays come through scalar subqueries, so no plan knows their length:
 --   a custom plan for a one-row array looks cheaper than the generic plan for an
