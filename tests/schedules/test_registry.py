@@ -101,3 +101,20 @@ def test_a_worker_syncs_its_apps_code_schedules_at_start(
         message="sync-only task retired (runner off)")
     record = client.schedules.get("code-nightly")
     assert record is not None and (record.source, record.queue) == ("code", "reports")
+
+
+def test_a_worker_whose_code_defines_no_schedule_still_suspends_one_its_module_dropped(
+        client: Client, start_worker: Callable[..., Worker]) -> None:
+    # A worker with no code schedule asks the database before it loads the sync
+    # (service.py): a code row of a module it imports must still be judged removed.
+    gone = registry.define("gone", job=schedulejobs.Tick, interval="5m",
+                           module="tests.support.testjobs")
+    registry.sync(client.schedules, [gone], imported=[])
+    registry.clear()
+    worker = start_worker(schedule_check_seconds=0)
+    wait_for(lambda: (found := client.schedules.get("gone")) is not None and found.suspended,
+             message="the dropped code schedule suspended")
+    record = client.schedules.get("gone")
+    assert record is not None and record.suspended_by == "removed"
+    schedules = worker.extension(service.ScheduleExtension)
+    assert schedules is not None and schedules.service.synced

@@ -8,12 +8,26 @@ from jobwarden.db import migrations, queries
 
 
 def test_every_named_query_renders_for_a_quoted_schema() -> None:
-    rendered = queries.for_schema('odd "schema"')
+    rendered = queries.for_schema('odd "schema"').complete()
     assert "job_claim_any" in rendered and "job_insert_many" in rendered
     for name, text in rendered.items():
         assert "{schema}" not in text, name
         if "jobs" in text:
             assert '"odd ""schema"""' in text or "pg_notify" in text, name
+
+
+def test_a_query_is_rendered_when_first_looked_up_and_an_unknown_name_is_a_key_error() -> None:
+    rendered = queries.Rendered("lazy_schema")
+    assert len(rendered) == 0
+    text = rendered["job_claim_any"]
+    assert '"lazy_schema".jobs' in text and "{fragment" not in text
+    assert list(rendered) == ["job_claim_any"]  # only what was asked for
+    with pytest.raises(KeyError):
+        rendered["no_such_query"]
+    with pytest.raises(KeyError):
+        rendered["fragment_claim_rows"]  # a piece, not a statement
+    assert rendered.complete()["job_claim_any"] == text
+    assert "job_insert_many" in rendered
 
 
 def test_a_query_name_defined_twice_is_refused() -> None:
@@ -43,7 +57,7 @@ def test_a_schema_name_that_is_not_a_plain_identifier_is_refused(schema: str) ->
 
 
 def test_a_fragment_is_included_where_named_and_is_not_a_query_itself() -> None:
-    rendered = queries.for_schema("jobwarden")
+    rendered = queries.for_schema("jobwarden").complete()
     assert not any(name.startswith(queries.FRAGMENT) for name in rendered)
     claims = [rendered[n] for n in ("job_claim_any", "job_claim_queues",
                                     "job_claim_capped_any", "job_claim_capped_queues")]

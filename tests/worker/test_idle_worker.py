@@ -42,10 +42,15 @@ IDLE_THREADS = sorted([
 
 
 #: Modules an idle worker must not have imported: each is loaded by the first use that
-#: needs it (metrics collected, an HTTP port, a span, a SHA-256, a client call).
+#: needs it (metrics collected, an HTTP port, a span, a SHA-256, a client call, a due
+#: or code-defined schedule, a pod run).
 NOT_IDLE_MODULES = [
     "prometheus_client", "http.server", "opentelemetry.trace", "hashlib", "_hashlib",
     "jobwarden.client", "jobwarden.asyncclient",
+    "jobwarden.schedules.runner", "jobwarden.schedules.registry", "jobwarden.schedules.store",
+    "jobwarden.schedules.validation", "jobwarden.schedules.expressions",
+    "jobwarden.schedules.planning", "cronsim", "jobwarden.structs.schedules",
+    "jobwarden.db.schedules", "jobwarden.db.runnerpass", "jobwarden.db.podruns",
 ]
 
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import functools
 from collections.abc import Iterator
-from typing import Literal, LiteralString, cast
+from typing import TYPE_CHECKING, Literal, LiteralString, cast
 
 import psycopg
 import psycopg.errors
@@ -44,6 +45,15 @@ from jobwarden.db.prepared import PreparedStatements, literal_adapter
 
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _FATAL = psycopg.pq.ExecStatus.FATAL_ERROR
+
+if TYPE_CHECKING:
+    from jobwarden.db.hosts import HostsTable
+    from jobwarden.db.jobs import JobsTable
+    from jobwarden.db.leases import LeasesTable
+    from jobwarden.db.maintenance import MaintenanceTable
+    from jobwarden.db.podruns import PodRunsTable
+    from jobwarden.db.queues import QueuesTable
+    from jobwarden.db.schedules import SchedulesTable
 
 
 class Database:
@@ -83,26 +93,57 @@ class Database:
                                 prepare_threshold=prepare_threshold)
         #: The psycopg pool itself (tests and the outage bench hold its connections).
         self.pool = self.connections.pool
-        # Table modules, imported here to avoid import cycles at package import.
-        from jobwarden.db import hosts as _hosts
-        from jobwarden.db import jobs as _jobs
-        from jobwarden.db import leases as _leases
-        from jobwarden.db import maintenance as _maintenance
-        from jobwarden.db import podruns as _podruns
-        from jobwarden.db import queues as _queues
-        from jobwarden.db import schedules as _schedules
-
-        self.jobs = _jobs.JobsTable(self)
-        self.hosts = _hosts.HostsTable(self)
-        self.leases = _leases.LeasesTable(self)
-        self.maintenance = _maintenance.MaintenanceTable(self)
-        self.queues = _queues.QueuesTable(self)
-        self.schedules = _schedules.SchedulesTable(self)
-        self.podruns = _podruns.PodRunsTable(self)
         #: Which pooled connections hold which SQL-level prepared statements.
         self.prepared = PreparedStatements()
         self._calls: dict[str, PreparedCall] = {}
         self._flush_barrier: bytes | None = None
+
+    # -- table modules ---------------------------------------------------------------
+    # Each imported on first use, not here: a process loads the tables it works on
+    # (an idle worker has no use for pod runs, queues or schedules; docs/benchmarks.md,
+    # "Idle worker RSS"), and the import stays out of the package's import cycle.
+
+    @functools.cached_property
+    def jobs(self) -> JobsTable:
+        from jobwarden.db.jobs import JobsTable
+
+        return JobsTable(self)
+
+    @functools.cached_property
+    def hosts(self) -> HostsTable:
+        from jobwarden.db.hosts import HostsTable
+
+        return HostsTable(self)
+
+    @functools.cached_property
+    def leases(self) -> LeasesTable:
+        from jobwarden.db.leases import LeasesTable
+
+        return LeasesTable(self)
+
+    @functools.cached_property
+    def maintenance(self) -> MaintenanceTable:
+        from jobwarden.db.maintenance import MaintenanceTable
+
+        return MaintenanceTable(self)
+
+    @functools.cached_property
+    def queues(self) -> QueuesTable:
+        from jobwarden.db.queues import QueuesTable
+
+        return QueuesTable(self)
+
+    @functools.cached_property
+    def schedules(self) -> SchedulesTable:
+        from jobwarden.db.schedules import SchedulesTable
+
+        return SchedulesTable(self)
+
+    @functools.cached_property
+    def podruns(self) -> PodRunsTable:
+        from jobwarden.db.podruns import PodRunsTable
+
+        return PodRunsTable(self)
 
     # -- lifecycle -----------------------------------------------------------------
 

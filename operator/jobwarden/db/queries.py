@@ -60,14 +60,41 @@ def _raw() -> dict[str, str]:
 FRAGMENT = "fragment_"
 
 
+class Rendered(dict[str, str]):
+    """The named queries of one schema, each rendered on its first lookup.
+
+    Why lazily: a process runs a fraction of the ~120 queries (an idle worker about
+    fifteen), and rendering all of them at start-up kept a second copy of every text
+    resident (docs/benchmarks.md, "Idle worker RSS"). A lookup after the first is a
+    plain dict hit. Only names looked up are keys: ask :meth:`complete` for all.
+    """
+
+    def __init__(self, schema: str) -> None:
+        super().__init__()
+        self.schema = schema
+        self._pieces: dict[str, sql.SQL] | None = None
+
+    def __missing__(self, name: str) -> str:
+        body = _raw().get(name)
+        if body is None or name.startswith(FRAGMENT):
+            raise KeyError(name)
+        if self._pieces is None:
+            self._pieces = {piece: sql.SQL(_literal(render(text, self.schema)))
+                            for piece, text in _raw().items() if piece.startswith(FRAGMENT)}
+        text = sql.SQL(_literal(body)).format(schema=sql.Identifier(self.schema),
+                                              **self._pieces).as_string(None)
+        self[name] = text  # two threads may render one name: the same text either way
+        return text
+
+    def complete(self) -> Rendered:
+        """Every named query rendered (tests, tools that list them); returns self."""
+        for name in _raw():
+            if not name.startswith(FRAGMENT):
+                self[name]  # renders it (a lookup of a missing key)
+        return self
+
+
 @functools.cache
-def for_schema(schema: str) -> dict[str, str]:
-    """All named queries rendered for ``schema`` (cached per schema), fragments included."""
-    raw = _raw()
-    pieces = {name: sql.SQL(_literal(render(body, schema)))
-              for name, body in raw.items() if name.startswith(FRAGMENT)}
-    return {
-        name: sql.SQL(_literal(body)).format(schema=sql.Identifier(schema), **pieces)
-        .as_string(None)
-        for name, body in raw.items() if not name.startswith(FRAGMENT)
-    }
+def for_schema(schema: str) -> Rendered:
+    """The named queries of ``schema`` (one per schema), rendered as they are looked up."""
+    return Rendered(schema)

@@ -263,6 +263,18 @@ RETURNING status::text;
 -- the code no longer defines.
 SELECT name, origin FROM {schema}.schedules WHERE source = 'code' AND NOT suspended;
 
+-- name: schedule_worker_check
+-- A worker's schedule task asks this first (schedules/service.py): whether any
+-- schedule is due (the runner's claim condition, fragment_schedule_runner_due, on
+-- schedules_due_idx) and, until its start-up sync is done (%(sync)s), whether any
+-- active code-defined schedule exists (schedule_code_rows: one the sync may have
+-- to suspend). False: the worker skips that part without loading the runner or
+-- the sync (docs/benchmarks.md, "Idle worker RSS").
+SELECT EXISTS (SELECT 1 FROM {schema}.schedules
+               WHERE NOT suspended AND next_slot <= now()),
+       %(sync)s::boolean AND EXISTS (SELECT 1 FROM {schema}.schedules
+                                     WHERE source = 'code' AND NOT suspended);
+
 -- name: schedule_mark_removed
 UPDATE {schema}.schedules
 SET suspended = true, suspended_by = 'removed', updated_at = now()
