@@ -129,7 +129,6 @@ from typing import TYPE_CHECKING
 
 from jobwarden.meters import Counter, Gauge, Histogram, Registry
 from jobwarden.structs import policies
-from jobwarden.structs.podruns import POD_FAILURE_CAUSES
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
@@ -462,6 +461,10 @@ def prime_pool(name: str) -> None:
 def prime_pod_runs(kind: str, resource: str | None = None) -> None:
     """Export a kind's pod-run failure causes (and one resource's run count) at 0."""
     if _first(("pod-runs", kind)):
+        # Here, not at the top: only pod-run paths prime these, and a thread worker
+        # never loads the pod-run structs (docs/benchmarks.md, "Idle worker RSS").
+        from jobwarden.structs.podruns import POD_FAILURE_CAUSES
+
         for cause in POD_FAILURE_CAUSES:
             POD_RUN_FAILURES.labels(kind, cause)
         POD_RUN_START.labels(kind)

@@ -44,11 +44,10 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobwarden import definitions, metrics, reaper
 from jobwarden.db.database import Database
-from jobwarden.health import HealthServer
 from jobwarden.looping import TaskLoop
 from jobwarden.settings import WorkerSettings
 from jobwarden.structs.states import JobStatus
@@ -63,6 +62,9 @@ from jobwarden.worker.recorder import Recorder
 from jobwarden.worker.running import AttemptRunner
 from jobwarden.worker.slots import Slots
 from jobwarden.worker.threads import Threads
+
+if TYPE_CHECKING:
+    from jobwarden.health import HealthServer
 
 logger = logging.getLogger("jobwarden.worker")
 
@@ -160,6 +162,8 @@ class Worker:
         ]
         self.http: HealthServer | None = None
         if settings.http_port is not None:
+            from jobwarden.health import HealthServer
+
             routes = {path: route for ext in self.extensions
                       for path, route in ext.routes().items()}
             self.http = HealthServer(host=settings.http_host, port=settings.http_port,
