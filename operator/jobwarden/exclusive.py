@@ -41,8 +41,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from jobwarden import definitions, errors, onbusy
-from jobwarden.leases import LeaseHolder, LeaseKind, LeaseNotReleased
-from jobwarden.structs.leases import Acquisition, lease_name
+from jobwarden.structs.leases import lease_name
 from jobwarden.worker.context import (
     Attempt,
     AttemptContext,
@@ -54,8 +53,14 @@ from jobwarden.worker.context import (
 )
 from jobwarden.worker.extensions import CallNext, Extension
 
+# The lock API (jobwarden.leases, behind JobLease) is imported by the first attempt
+# that takes a lease: a worker whose jobs take none never loads it
+# (docs/benchmarks.md, "Idle worker RSS").
 if TYPE_CHECKING:
     from jobwarden.db.database import Database
+    from jobwarden.jobleases import JobLease
+    from jobwarden.leases import LeaseKind
+    from jobwarden.structs.leases import Acquisition
     from jobwarden.worker.worker import Worker
 
 logger = logging.getLogger("jobwarden.leases")
@@ -119,24 +124,6 @@ def busy_outcome(attempt: Attempt, found: Acquisition, *, kind: LeaseKind,
     return Released(delay_seconds=busy.delay_seconds, deferral=True, reason="lease_busy")
 
 
-class JobLease(LeaseHolder):
-    """An attempt's lease: the shared holder, and the job it is held for (for the logs)."""
-
-    def __init__(self, db: Database, acquisition: Acquisition, *, attempt: Attempt,
-                 owner: str, window: float, kind: LeaseKind, requested_at: float) -> None:
-        super().__init__(db, acquisition, owner=owner, ttl=window, kind=kind,
-                         requested_at=requested_at)
-        self.attempt = attempt
-        #: Where it was found lost (renewal or release), for the warning.
-        self.lost_at = "renewal"
-
-    def _on_lost(self) -> None:
-        claim = self.attempt.claim
-        logger.warning("job %d (%s) attempt %d lost lease %r (token %d) at %s: another owner "
-                       "took it over while the job was running", claim.id, claim.job_class,
-                       claim.attempt, self.name, self.token, self.lost_at)
-
-
 class ExclusiveJobs(Extension):
     """Takes, renews and releases the leases of a worker's exclusive attempts.
 
@@ -185,6 +172,8 @@ class ExclusiveJobs(Extension):
             logger.warning("job %d: cannot take lease %r: %s", claim.id, name, exc)
             return Released(delay_seconds=1.0, deferral=False, reason="database_unavailable")
         if found.acquired:
+            from jobwarden.jobleases import JobLease
+
             assert found.token is not None
             attempt.lease_name = name
             attempt.lease_token = found.token
@@ -276,6 +265,8 @@ class ExclusiveJobs(Extension):
         if held is None:
             return False
         if not held.lost:
+            from jobwarden.leases import LeaseNotReleased
+
             held.lost_at = "release"
             try:
                 held.release(retry_seconds=0)

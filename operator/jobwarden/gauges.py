@@ -33,12 +33,13 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from jobwarden import errors, leases, metrics
+from jobwarden import errors, metrics
 from jobwarden.looping import PeriodicTask
 from jobwarden.structs.maintenance import DatabaseHealth
 from jobwarden.structs.states import JobStatus
 
 if TYPE_CHECKING:
+    from jobwarden import leases
     from jobwarden.db.database import Database
 
 __all__ = ["LEASE_NAME", "DatabaseGauges", "GaugeExporter", "LoopLease", "lease_ttl"]
@@ -89,6 +90,10 @@ class LoopLease:
         found = self._db.leases.try_acquire(name=self.name, owner=self._owner,
                                             ttl_seconds=self._ttl, host=self._host)
         if found.acquired:
+            # The lock API loads in the process that wins the lease, not in every
+            # worker that offers to run the loop (docs/benchmarks.md, "Idle worker RSS").
+            from jobwarden import leases
+
             self._holder = leases.LeaseHolder(self._db, found, owner=self._owner,
                                               ttl=self._ttl, kind="lock", requested_at=sent,
                                               counted=False)

@@ -21,12 +21,15 @@ Nothing here writes to the database: each caller records the verdict its own way
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING
 
 from jobwarden import metrics
-from jobwarden.leases import LeaseKind
-from jobwarden.structs.leases import Acquisition
 from jobwarden.structs.policies import FailureReason, OnBusy, ReleaseReason
 from jobwarden.structs.states import JobStatus
+
+if TYPE_CHECKING:  # types only: the worker's outcome path imports this module at start
+    from jobwarden.leases import LeaseKind
+    from jobwarden.structs.leases import Acquisition
 
 __all__ = ["MAX_DEFER_SECONDS", "MIN_DEFER_SECONDS", "BusyVerdict", "count_busy",
            "count_deferral", "count_failure", "lease_window", "row_lease_kind", "verdict"]

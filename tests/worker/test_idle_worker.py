@@ -51,6 +51,7 @@ NOT_IDLE_MODULES = [
     "jobwarden.schedules.validation", "jobwarden.schedules.expressions",
     "jobwarden.schedules.planning", "cronsim", "jobwarden.structs.schedules",
     "jobwarden.db.schedules", "jobwarden.db.runnerpass", "jobwarden.db.podruns",
+    "jobwarden.leases", "jobwarden.structs.podruns",
 ]
 
 

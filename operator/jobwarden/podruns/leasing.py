@@ -22,7 +22,8 @@ from collections.abc import Callable
 
 from jobwarden import definitions, errors
 from jobwarden.db.database import Database
-from jobwarden.exclusive import ExclusiveJobs, JobLease, busy_outcome
+from jobwarden.exclusive import ExclusiveJobs, busy_outcome
+from jobwarden.jobleases import JobLease
 from jobwarden.onbusy import lease_window, row_lease_kind
 from jobwarden.structs.leases import Acquisition, lease_name
 from jobwarden.worker.context import Attempt, Outcome, Released
