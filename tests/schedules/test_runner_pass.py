@@ -229,3 +229,77 @@ def test_a_slot_with_a_history_row_redoes_the_pass_and_takes_the_newer_fate(
     record = client.schedules.get("back")
     assert record is not None and record.enqueued_count == 1 and record.last_job_id == job.id
     assert enqueued_metric("back") == before + 1
+
+
+def test_a_pass_of_several_batches_on_several_connections_claims_each_schedule_once(
+        client: Client, db: Database) -> None:
+    """Batches run on several connections at once (lanes): the pages are consecutive,
+    the limit holds, every claimed schedule is enqueued once and advanced, and the
+    rest is left for the next pass (``more``)."""
+    names = [f"lane-{n:02d}" for n in range(45)]
+    for name in names:
+        client.schedules.upsert(name, interval="1m", job_class=JOB, now=T0)
+    first = runner.enqueue_due(db, now=at(12, 1, 1), limit=40, batch_size=7, connections=3)
+    assert (first.checked, first.enqueued, first.errors, first.more) == (40, 40, 0, True)
+    second = runner.enqueue_due(db, now=at(12, 1, 1), limit=40, batch_size=7, connections=3)
+    assert (second.checked, second.enqueued, second.errors, second.more) == (5, 5, 0, False)
+    assert sorted(k for name in names for k in keys_of(client, name)) == sorted(
+        f"{name}:2030-01-07T12:01:00Z" for name in names)
+    for name in names:
+        record = client.schedules.get(name)
+        assert record is not None and record.enqueued_count == 1
+
+
+def test_concurrent_passes_of_several_lanes_enqueue_one_job_per_slot(
+        client: Client, db: Database) -> None:
+    names = [f"race-{n:02d}" for n in range(60)]
+    for name in names:
+        client.schedules.upsert(name, interval="1m", job_class=JOB, now=T0)
+    reports: list[Any] = []
+    start = threading.Barrier(3)
+
+    def run() -> None:
+        start.wait()
+        reports.append(runner.enqueue_due(db, now=at(12, 1, 1), limit=100, batch_size=4,
+                                          connections=2))
+
+    threads = [threading.Thread(target=run) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert sum(r.enqueued for r in reports) == 60
+    assert sum(r.errors + r.duplicates for r in reports) == 0
+    assert sorted(k for name in names for k in keys_of(client, name)) == sorted(
+        f"{name}:2030-01-07T12:01:00Z" for name in names)
+
+
+def test_a_failed_batch_commits_nothing_and_stops_the_other_lanes_after_theirs(
+        client: Client, db: Database, monkeypatch: Any) -> None:
+    """One batch fails at its write-back: it commits nothing, the other lane stops
+    after its batch, and the report counts exactly what the committed batches did."""
+    names = [f"fail-{n:02d}" for n in range(30)]
+    for name in names:
+        client.schedules.upsert(name, interval="1m", job_class=JOB, now=T0)
+    real = runnerpass.RunnerPass.finish
+    calls: list[int] = []
+    guard = threading.Lock()
+
+    def finish(self: runnerpass.RunnerPass, *args: Any, **kwargs: Any) -> None:
+        with guard:
+            calls.append(1)
+            failing = len(calls) == 2
+        if failing:
+            raise RuntimeError("the write-back failed")
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(runnerpass.RunnerPass, "finish", finish)
+    report = runner.enqueue_due(db, now=at(12, 1, 1), limit=30, batch_size=5, connections=2)
+    assert report.errors == 1
+    jobs = [k for name in names for k in keys_of(client, name)]
+    assert report.enqueued == len(jobs) and 0 < len(jobs) < 30
+    assert len(calls) < 6  # not every batch ran
+    for name in names:
+        record = client.schedules.get(name)
+        assert record is not None
+        assert record.enqueued_count == len(keys_of(client, name))

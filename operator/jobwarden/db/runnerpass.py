@@ -48,7 +48,10 @@ _COPY_TYPES = ("text", "text", "jsonb", "int4", "int4", "float8", "bool", "text"
 
 
 class SlotConflict(Exception):
-    """The COPY met a slot whose job exists; the pass was rolled back (redo it)."""
+    """The COPY met a slot whose job exists, or the history insert a slot that has a
+    row; the pass was rolled back (redo it: ``page`` is what the runner claimed)."""
+
+    page: Any = None
 
 
 class _JsonTextDumper(Dumper):

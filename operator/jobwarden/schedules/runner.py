@@ -40,9 +40,11 @@ The runner never raises: errors are logged and counted in the report.
 from __future__ import annotations
 
 import collections
+import concurrent.futures
 import datetime as dt
 import functools
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
@@ -68,6 +70,9 @@ logger = logging.getLogger("jobwarden.schedules")
 
 #: Schedules planned per transaction: bounds lock time and the size of one insert.
 DEFAULT_BATCH = 1000
+#: Connections one pass of more than one batch uses at once (_Pages: the next batch
+#: is claimed and planned while the previous one is written).
+PASS_CONNECTIONS = 2
 #: A schedule whose stored expression cannot be read is retried this much later.
 ERROR_RETRY_SECONDS = 60
 _ACTIVE = ("pending", "processing")
@@ -81,29 +86,30 @@ def _expression(text: str) -> expressions.Expression:
 
 def enqueue_due(db: Database, *, now: dt.datetime | None = None, limit: int = 1000,
                 batch_size: int = DEFAULT_BATCH,
-                tolerance_seconds: int = planning.DEFAULT_TOLERANCE_SECONDS) -> RunReport:
+                tolerance_seconds: int = planning.DEFAULT_TOLERANCE_SECONDS,
+                connections: int = PASS_CONNECTIONS) -> RunReport:
     """Enqueue the due slots of up to ``limit`` schedules; never raises.
 
     ``report.more`` is True when ``limit`` stopped the pass with schedules
     possibly still due (call again). ``tolerance_seconds`` is how late a slot may
     be and still count as current under catch-up ``none`` (at least the caller's
-    check period).
+    check period). A pass of more than one batch runs its batches on up to
+    ``connections`` connections at once (see :class:`_Pages`).
     """
     report = RunReport()
     started = time.perf_counter()
-    remaining = max(limit, 0)
-    after: tuple[dt.datetime, str] | None = None
+    pages = _Pages(limit=max(limit, 0), size=batch_size)
     try:
-        while remaining > 0:
-            size = min(batch_size, remaining)
-            part, after = _pass(db, now=now, limit=size, tolerance_seconds=tolerance_seconds,
-                                after=after)
-            report.add(part)
-            remaining -= part.checked
-            if part.checked < size:
-                break
+        lanes = min(max(connections, 1), -(-pages.limit // max(batch_size, 1)))
+        if lanes > 1:
+            with concurrent.futures.ThreadPoolExecutor(
+                    lanes, thread_name_prefix="jobwarden-schedule-pass") as pool:
+                for lane in [pool.submit(_lane, db, pages, report, now=now,
+                                         tolerance_seconds=tolerance_seconds)
+                             for _ in range(lanes)]:
+                    lane.result()  # the first lane's error, once every lane has stopped
         else:
-            report.more = limit > 0
+            _lane(db, pages, report, now=now, tolerance_seconds=tolerance_seconds)
     except errors.SchemaMissing as exc:
         report.errors += 1
         warn_once(f"schedules are off until the schema is migrated: {exc}")
@@ -113,9 +119,63 @@ def enqueue_due(db: Database, *, now: dt.datetime | None = None, limit: int = 10
     except Exception:
         report.errors += 1
         logger.exception("schedule runner pass failed")
+    report.more = pages.more
     report.seconds = time.perf_counter() - started
     metrics.SCHEDULE_RUNS.labels("error" if report.errors else "ok").inc()
     return report
+
+
+class _Pages:
+    """The batches of one pass, handed out in due order to the lanes that run them.
+
+    A batch is a transaction of its own (claim, COPY, write-back); the next batch's
+    claim needs only the page key of the previous claim, so a second lane can claim
+    and plan the next batch while the first one's COPY and write-back run on the
+    server: the client's planning and two server processes overlap instead of
+    taking turns. Correctness does not depend on the lanes (each batch locks its
+    rows as any runner does, and the unique key decides); the claims take turns
+    under :attr:`lock` so the pages are consecutive and none is claimed twice. A
+    lane takes its connection before the turn and never waits for one while
+    holding it, so lanes sharing a small pool cannot deadlock.
+    """
+
+    def __init__(self, *, limit: int, size: int) -> None:
+        self.limit = limit
+        self.size = size
+        self.lock = threading.Lock()
+        self.counting = threading.Lock()
+        self.remaining = limit
+        self.after: tuple[dt.datetime, str] | None = None
+        self.done = False
+
+    @property
+    def more(self) -> bool:
+        """True when the limit stopped the pass with schedules possibly still due."""
+        return not self.done and self.remaining <= 0 and self.limit > 0
+
+    def claimed(self, due: Sequence[DueSchedule], size: int) -> None:
+        """A claim of ``size`` found ``due`` (called holding :attr:`lock`)."""
+        self.remaining -= len(due)
+        if due:
+            self.after = (due[-1].next_slot, due[-1].name)
+        if len(due) < size:
+            self.done = True
+
+
+def _lane(db: Database, pages: _Pages, report: RunReport, *, now: dt.datetime | None,
+          tolerance_seconds: int) -> None:
+    """Run batches until the pass is done, adding what each committed to ``report``
+    (so a batch that failed leaves the counts of the committed ones standing)."""
+    try:
+        while not pages.done and pages.remaining > 0:
+            part = _pass(db, pages, now=now, tolerance_seconds=tolerance_seconds)
+            if part is None:
+                break
+            with pages.counting:
+                report.add(part)
+    except BaseException:
+        pages.done = True  # the other lanes stop after their batch
+        raise
 
 
 _warned: set[str] = set()
@@ -128,38 +188,49 @@ def warn_once(message: str) -> None:
         logger.warning("%s", message)
 
 
-def _pass(db: Database, *, now: dt.datetime | None, limit: int, tolerance_seconds: int,
-          after: tuple[dt.datetime, str] | None,
-          ) -> tuple[RunReport, tuple[dt.datetime, str] | None]:
-    """One transaction: claim due schedules, plan, enqueue, advance; metrics after commit.
+def _pass(db: Database, pages: _Pages, *, now: dt.datetime | None,
+          tolerance_seconds: int) -> RunReport | None:
+    """One transaction: claim the next page of due schedules, plan, enqueue, advance;
+    metrics after commit. None: no page was left to claim.
 
-    Returns the report and the page key to continue after. The jobs go in by COPY
+     The jobs go in by COPY
     and the history by a plain insert; a slot whose job already exists (a backfill,
     a runner that worked from a stale view) fails the COPY, a slot that has a
     history row (a planning point moved back) fails the insert, and the pass is
     redone with inserts that skip the job and update the history row.
     """
+    page: tuple[tuple[dt.datetime, str] | None, int] | None = None
     try:
-        return _attempt(db, now=now, limit=limit, tolerance_seconds=tolerance_seconds,
-                        after=after, copy=True)
-    except runnerpass.SlotConflict:
-        logger.debug("schedule runner: a slot's job exists; redoing the pass without COPY")
-        return _attempt(db, now=now, limit=limit, tolerance_seconds=tolerance_seconds,
-                        after=after, copy=False)
+        return _attempt(db, pages, page, now=now, tolerance_seconds=tolerance_seconds,
+                        copy=True)
+    except runnerpass.SlotConflict as conflict:
+        logger.debug("schedule runner: a slot's job or history row exists; redoing the "
+                     "batch without COPY")
+        return _attempt(db, pages, conflict.page, now=now,
+                        tolerance_seconds=tolerance_seconds, copy=False)
 
 
-def _attempt(db: Database, *, now: dt.datetime | None, limit: int, tolerance_seconds: int,
-             after: tuple[dt.datetime, str] | None, copy: bool,
-             ) -> tuple[RunReport, tuple[dt.datetime, str] | None]:
+def _attempt(db: Database, pages: _Pages,
+             page: tuple[tuple[dt.datetime, str] | None, int] | None, *,
+             now: dt.datetime | None, tolerance_seconds: int, copy: bool) -> RunReport | None:
+    """One try of a batch: the next page (``page`` None) or the same page again (the
+    redo after a conflict: its page key and size)."""
     report = RunReport()
     write = PassWrite()
     rows: list[JobRow] = []
     with runnerpass.runner_pass(db) as tx:
-        at, due = tx.claim(now=now, limit=limit, after=after)
+        if page is None:
+            with pages.lock:
+                if pages.done or pages.remaining <= 0:
+                    return None
+                page = (pages.after, min(pages.size, pages.remaining))
+                at, due = tx.claim(now=now, limit=page[1], after=page[0])
+                pages.claimed(due, page[1])
+        else:
+            at, due = tx.claim(now=now, limit=page[1], after=page[0])
         report.checked = len(due)
         if at is None:
-            return report, after
-        after = (due[-1].next_slot, due[-1].name)
+            return report
         plans: dict[tuple[object, ...], planning.DuePlan] = {}
         for schedule in due:
             try:
@@ -171,7 +242,11 @@ def _attempt(db: Database, *, now: dt.datetime | None, limit: int, tolerance_sec
         if any(row[12] is None for row in rows):
             rows = _with_ids(tx, rows)
         if copy:
-            tx.copy_jobs(rows)
+            try:
+                tx.copy_jobs(rows)
+            except runnerpass.SlotConflict as conflict:
+                conflict.page = page
+                raise
             fresh_rows = rows
         else:
             fresh = tx.insert_jobs(rows)
@@ -183,8 +258,12 @@ def _attempt(db: Database, *, now: dt.datetime | None, limit: int, tolerance_sec
                 for row in rows:
                     if row[7] not in fresh:
                         write.enqueued[position[row[9]]] -= 1
-        tx.finish(write, keep=SLOT_HISTORY, merge=not copy,
-                  notify_queues=sorted({row[0] for row in fresh_rows}))
+        try:
+            tx.finish(write, keep=SLOT_HISTORY, merge=not copy,
+                      notify_queues=sorted({row[0] for row in fresh_rows}))
+        except runnerpass.SlotConflict as conflict:
+            conflict.page = page
+            raise
     # Committed: only now do the counters move (a rolled-back pass counted nothing).
     report.enqueued += sum(write.enqueued)
     report.skipped += sum(write.skipped)
@@ -201,7 +280,7 @@ def _attempt(db: Database, *, now: dt.datetime | None, limit: int, tolerance_sec
     for (queue, job_class), count in collections.Counter(
             (row[0], row[1]) for row in fresh_rows).items():
         metrics.JOBS_ENQUEUED.labels(queue, job_class).inc(count)
-    return report, after
+    return report
 
 
 def _plan(db: Database, conn: Connection, schedule: DueSchedule, at: dt.datetime,
