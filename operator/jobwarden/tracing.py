@@ -95,16 +95,33 @@ class EnqueueSpan:
         self.span.end()
 
 
+def _nothing_to_trace() -> bool:
+    """Whether an enqueue span would record nothing and carry nothing.
+
+    So when no tracer provider is configured (OpenTelemetry's default proxy) and
+    the current context is empty (no parent span, e.g. extracted from a request,
+    that would be carried to the job; no baggage): the no-op span's context
+    is then invalid, its propagation writes nothing, and the row's
+    ``trace_context`` would stay NULL anyway. Building that span and propagating
+    it was 15% of a single enqueue's client instructions (304k -> 255k per call).
+    """
+    trace, _, context = api()
+    if context.get_current():  # a span, baggage or anything else: trace as usual
+        return False
+    return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 def enqueue_span(specs: Sequence[JobSpec]) -> EnqueueSpan | None:
-    """A started span for this enqueue, or None (tracing off, or nothing to enqueue)."""
-    if not _INSTALLED or not specs:
+    """A started span for this enqueue, or None (tracing off, nothing to trace, or
+    nothing to enqueue)."""
+    if not _INSTALLED or not specs or _nothing_to_trace():
         return None
     return EnqueueSpan(job_class=specs[0].job_class, queue=specs[0].queue, size=len(specs))
 
 
 def batch_span(batch: JobBatch) -> EnqueueSpan | None:
     """As :func:`enqueue_span`, for the rows of one ``enqueue_many`` call."""
-    if not _INSTALLED or not len(batch):
+    if not _INSTALLED or not len(batch) or _nothing_to_trace():
         return None
     return EnqueueSpan(job_class=batch.shared.job_class, queue=batch.shared.queue,
                        size=len(batch))

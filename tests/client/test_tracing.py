@@ -188,3 +188,40 @@ def test_a_job_without_a_trace_context_shows_none(client: jobwarden.Client,
     record = client.job(client.enqueue(testjobs.Record, None).id)
     assert record.trace_context is None and record.trace_id is None
     assert "trace_id" not in record.as_json()
+
+
+_NO_PROVIDER = """
+import json, sys
+from opentelemetry import baggage, context, propagate, trace
+import jobwarden
+from jobwarden import tracing
+from jobwarden.db.database import Database
+from tests.support import testjobs
+
+assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+with Database(sys.argv[1]) as db:
+    client = jobwarden.Client(database=db)
+    assert tracing.enqueue_span([client.spec(testjobs.Record, None)]) is None
+    plain = client.enqueue(testjobs.Record, None).id
+    token = context.attach(propagate.extract({"traceparent": sys.argv[2]}))
+    parented = client.enqueue(testjobs.Record, None).id
+    context.detach(token)
+    token = context.attach(baggage.set_baggage("tenant", "t1"))
+    carrying = client.enqueue(testjobs.Record, None).id
+    context.detach(token)
+    print(json.dumps([client.job(i).trace_context for i in (plain, parented, carrying)]))
+"""
+
+
+def test_without_a_provider_an_enqueue_still_carries_a_parent_or_baggage(dsn: str) -> None:
+    """No tracer provider configured: a plain enqueue builds no span and stores no
+    context (the fast path), but a parent span in the current context (extracted from
+    a request) or baggage is still carried to the job, as the no-op span carried it."""
+    traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    found = subprocess.run([sys.executable, "-c", _NO_PROVIDER, dsn, traceparent],
+                           capture_output=True, text=True, timeout=120)
+    assert found.returncode == 0, found.stderr[-2000:]
+    plain, parented, carrying = json.loads(found.stdout)
+    assert plain is None
+    assert json.loads(parented)["traceparent"] == traceparent
+    assert json.loads(carrying) == {"baggage": "tenant=t1"}
