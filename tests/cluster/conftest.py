@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -186,9 +185,9 @@ def open_cluster(plane: ControlPlane, *, namespace: str, dsn: str, client: Clien
                  **kubelet_options: Any) -> Iterator[RealCluster]:
     """A namespace on ``plane`` with its own Node and process kubelet, helm and kubectl.
 
-    On exit: uninstall, delete the namespace while the kubelet still runs (the pods
-    terminate as on a node), then the node goes. Also used for a second control plane
-    on the same database (two "clusters").
+    On exit the test's processes end and its objects are left to the control plane,
+    without waiting for them to go (see :func:`close_cluster`). Also used for a second
+    control plane on the same database (two "clusters").
     """
     api = plane.admin_api()
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
@@ -208,18 +207,35 @@ def open_cluster(plane: ControlPlane, *, namespace: str, dsn: str, client: Clien
     try:
         yield box
     finally:
-        for release in box.releases:
-            box.helm.run("uninstall", release, "--namespace", namespace, "--wait",
-                         "--timeout", "30s", check=False)
-        with contextlib.suppress(ApiError):
-            api.delete("namespaces", namespace, None)
-        deadline = time.monotonic() + 30  # bounded: a stuck namespace is the test's finding
-        while time.monotonic() < deadline and api.get("namespaces", namespace, None):
-            time.sleep(0.3)
-        kubelet.stop()
-        with contextlib.suppress(ApiError):
-            api.delete("nodes", kubelet.node or "", None)
+        close_cluster(api, namespace, kubelet)
         print(kubelet.report())
+
+
+def close_cluster(api: RealKubeAPI, namespace: str, kubelet: ProcessKubelet) -> None:
+    """End a test's cluster at once: its node's processes first (SIGTERM, SIGKILL after 5 s,
+    as :meth:`ProcessKubelet.stop` does), then its namespace and node are deleted and its
+    pods force-deleted (grace 0: no kubelet is left to confirm them), so the control plane's
+    namespace controller finishes the namespace in the background.
+
+    Nothing here waits for the namespace to go (it took 5-30 s a test): no later test looks
+    at it -- each has its own namespace, node, Helm release name and database -- and what
+    namespace deletion and ``helm uninstall`` must do is asserted where it is the subject
+    (tests/cluster/test_helm_lifecycle.py). The release is not uninstalled: its namespaced
+    objects go with the namespace; its cluster-scoped RBAC objects are named after the
+    release, which no other test uses, and go with the control plane.
+    """
+    kubelet.stop()
+    pods: list[dict[str, Any]] = []
+    with contextlib.suppress(ApiError):
+        api.delete("namespaces", namespace, None)
+    # After the namespace's deletion began, no pod can be created in it any more.
+    with contextlib.suppress(ApiError):
+        pods = api.list("pods", namespace)
+    for pod in pods:
+        with contextlib.suppress(ApiError):
+            api.delete("pods", pod["metadata"]["name"], namespace, grace=0)
+    with contextlib.suppress(ApiError):
+        api.delete("nodes", kubelet.node or "", None)
 
 
 @pytest.fixture
