@@ -40,6 +40,43 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "pg_server" in getattr(item, "fixturenames", ()) or _starts_own_server(item):
             item.add_marker(pytest.mark.db)
+    items.sort(key=_cost_class)
+
+
+#: Fixtures that start another control plane of their own (tests/cluster): the longest tests.
+_EXTRA_PLANES = frozenset({"second_plane", "lifecycle_plane"})
+#: Fixtures that start real processes (the operator, workers, the emulator tier's cluster).
+_PROCESSES = frozenset({"start_operator", "spawn_worker", "cluster"})
+
+
+def _cost_class(item: pytest.Item) -> int:
+    """Longest first (a stable sort: the rest of the order is the collection's).
+
+    With xdist a few long tests handed out last make a tail during which the other
+    workers idle: the whole run then lasts as long as the worker that got them. So the
+    tests that start control planes (tests/cluster: 20-120 s each) go out first, then those
+    that start processes or are marked ``slow``, then the many short ones, and
+    :func:`pytest_configure` has xdist hand tests out one at a time, so that the next one
+    goes to whichever worker is free (longest-first list scheduling).
+    """
+    names = set(getattr(item, "fixturenames", ()))
+    if names & _EXTRA_PLANES:
+        return 0
+    if "control_plane" in names:
+        return 1
+    if names & _PROCESSES or item.get_closest_marker("slow") is not None:
+        return 2
+    return 3
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """xdist's ``load`` mode hands each worker a contiguous quarter of its share up front
+    (117 tests of 1,414 at -n 3) and refills in chunks of up to half the rest: the whole
+    real-cluster tier once went to one worker in one chunk, which then ran it alone for
+    most of the run. One test at a time (``--maxschedchunk 1``, unless given) keeps every
+    worker busy until the end; the cost is one message per test."""
+    if getattr(config.option, "maxschedchunk", 0) is None:
+        config.option.maxschedchunk = 1
 
 
 def _starts_own_server(item: pytest.Item) -> bool:
