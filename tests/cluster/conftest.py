@@ -76,11 +76,72 @@ def started_plane(kube_tools_dir: Path, workdir: Path, **options: Any
         plane.stop()
 
 
+class SharedPlane:
+    """The control plane the tests of one pytest process (xdist worker) share: started by
+    the first test that needs it, stopped by :func:`pytest_runtest_teardown` once no test
+    later in the collection needs it (tests/conftest.py orders the tier first, so an idle
+    plane -- etcd, API server and controller manager, ~2% of a core and ~0.6 GB -- does not
+    sit through the rest of the run), started again should one come after all."""
+
+    def __init__(self, kube_tools_dir: Path, tmp_path_factory: pytest.TempPathFactory
+                 ) -> None:
+        self.kube_tools_dir = kube_tools_dir
+        self.tmp_path_factory = tmp_path_factory
+        self._stack: contextlib.ExitStack | None = None
+        self._plane: ControlPlane | None = None
+
+    def get(self) -> ControlPlane:
+        if self._plane is None:
+            stack = contextlib.ExitStack()
+            self._plane = stack.enter_context(started_plane(
+                self.kube_tools_dir, self.tmp_path_factory.mktemp("controlplane")))
+            self._stack = stack
+        return self._plane
+
+    def stop(self) -> None:
+        stack, self._stack, self._plane = self._stack, None, None
+        if stack is not None:
+            stack.close()
+
+
+_SHARED = pytest.StashKey[SharedPlane]()
+#: Index (in the session's items) of the last test using ``control_plane``.
+_LAST_USER = pytest.StashKey[int]()
+
+
 @pytest.fixture(scope="session")
-def control_plane(kube_tools_dir: Path, tmp_path_factory: pytest.TempPathFactory
-                  ) -> Iterator[ControlPlane]:
-    with started_plane(kube_tools_dir, tmp_path_factory.mktemp("controlplane")) as plane:
-        yield plane
+def shared_plane(kube_tools_dir: Path, tmp_path_factory: pytest.TempPathFactory,
+                 request: pytest.FixtureRequest) -> Iterator[SharedPlane]:
+    shared = SharedPlane(kube_tools_dir, tmp_path_factory)
+    request.config.stash[_SHARED] = shared
+    yield shared
+    shared.stop()
+
+
+@pytest.fixture
+def control_plane(shared_plane: SharedPlane) -> ControlPlane:
+    """This process's shared control plane (see :class:`SharedPlane`)."""
+    return shared_plane.get()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """After a test here is torn down: stop the shared plane if the next test this process
+    runs comes after the last one in the collection that uses it. xdist's ``load`` mode
+    hands tests out in collection order, so no user of the plane will come to this worker
+    any more; if one does all the same (another mode), the plane starts again."""
+    result = yield
+    shared = item.config.stash.get(_SHARED, None)
+    if shared is None:
+        return result
+    items = item.session.items
+    if _LAST_USER not in item.config.stash:
+        item.config.stash[_LAST_USER] = max(
+            (i for i, it in enumerate(items) if "control_plane" in it.fixturenames),
+            default=-1)
+    if nextitem is None or items.index(nextitem) > item.config.stash[_LAST_USER]:
+        shared.stop()
+    return result
 
 
 @pytest.fixture(scope="module")
