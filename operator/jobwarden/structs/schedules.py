@@ -139,7 +139,8 @@ class DueSchedule(NamedTuple):
     overlap: str
     planned_until: datetime.datetime
     last_job_id: int | None
-    #: Status of the job ``last_job_id`` names (None: none, or purged).
+    #: Status of the job ``last_job_id`` names (None: none, or purged; not read for an
+    #: Allow schedule, whose slots never depend on it).
     last_job_status: str | None
     #: The due slot as stored (the page key, with the name).
     next_slot: datetime.datetime

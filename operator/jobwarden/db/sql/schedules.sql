@@ -104,6 +104,8 @@ DELETE FROM {schema}.schedule_slots WHERE schedule_name = %(name)s;
 -- pass's COMMIT, so a second runner sees either the old row locked (skipped) or
 -- the new one (not due any more). `next_slot <= now` is an index condition on
 -- schedules_due_idx: the scan stops at the first schedule that is not due.
+-- The status of the last run is read for Forbid and Replace only (Allow never
+-- looks at it: one probe of the jobs' primary key less per schedule).
 -- `data` comes back as its JSON text: the runner copies it onto the jobs as is
 -- (parsing and re-encoding it per schedule was a tenth of the pass); `ctid` is how
 -- the write-back finds the locked row again; `slot_rows` says whether its history
@@ -117,7 +119,8 @@ SELECT s.name, s.expression, s.job_class, s.data::text, s.queue, s.priority,
        s.timeout_seconds, s.max_retries, s.idempotent, s.catch_up,
        s.catch_up_window_seconds, s.catch_up_max, s.overlap, s.planned_until,
        s.last_job_id,
-       (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id),
+       CASE WHEN s.overlap <> 'Allow' THEN
+           (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id) END,
        s.next_slot, s.pod_run, s.ctid::text, s.slot_rows,
        nextval('{schema}.jobs_id_seq'::regclass), clock.at
 FROM {schema}.schedules AS s, clock
