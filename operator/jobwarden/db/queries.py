@@ -10,9 +10,13 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import re
-from typing import LiteralString
+from pathlib import Path
+from typing import TYPE_CHECKING, LiteralString
 
 from psycopg import sql
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 _HEADER = re.compile(r"^-- name: (?P<name>[a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
 
@@ -45,7 +49,12 @@ def render(text: str, schema: str) -> str:
 @functools.cache
 def _raw() -> dict[str, str]:
     queries: dict[str, str] = {}
-    folder = importlib.resources.files("jobwarden.db") / "sql"
+    # The package's own folder when it is one (always, installed or checked out):
+    # importlib.resources would load its file readers for the same files (~40 KiB
+    # resident in every process; docs/benchmarks.md, "Idle worker RSS").
+    folder: Traversable = Path(__file__).with_name("sql")
+    if not folder.is_dir():  # a package not on a file system (a zip import)
+        folder = importlib.resources.files("jobwarden.db") / "sql"
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
             for name, body in parse(entry.read_text(encoding="utf-8")).items():
