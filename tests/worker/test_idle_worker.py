@@ -25,7 +25,8 @@ from tests.support.waiting import wait_for
 
 #: Every thread of an idle, connected, listening worker process (no HTTP port, plain
 #: ``def`` jobs): the main thread, psycopg_pool's scheduler and its three workers, and
-#: the worker's own five. No slot thread (the first attempts start them), no event
+#: the worker's own four. No slot thread (the first attempts start them), no heartbeat
+#: thread (it starts with the first slot thread: nothing to beat before), no event
 #: loop thread (the first ``async def`` job starts it).
 IDLE_THREADS = sorted([
     "MainThread",
@@ -35,7 +36,6 @@ IDLE_THREADS = sorted([
     "jobwarden-jobwarden-worker-2",
     "jobwarden-fetch",
     "jobwarden-recorder",
-    "jobwarden-heartbeat",
     "jobwarden-maintain",
     "jobwarden-listen",
 ])
@@ -55,7 +55,7 @@ NOT_IDLE_MODULES = [
 ]
 
 
-def test_an_idle_worker_process_holds_ten_threads_and_no_module_only_use_needs(
+def test_an_idle_worker_process_holds_nine_threads_and_no_module_only_use_needs(
         dsn: str) -> None:
     code = textwrap.dedent(f"""
         import json, os, sys, threading, time
@@ -94,10 +94,16 @@ def test_slot_threads_start_with_work_and_a_burst_runs_on_every_slot(
     assert worker.listening.wait(10)
     assert worker.slots.started == 0
 
+    def started() -> list[str]:
+        return [t.name for t in worker._threads._threads]
+
+    assert "jobwarden-heartbeat" not in started()
+
     first = client.enqueue(testjobs.Record, {"n": 1}).id
     wait_for(lambda: client.job(first).status is jobwarden.JobStatus.COMPLETED,
              message="the first job completed")
     assert worker.slots.started == 1
+    assert started().count("jobwarden-heartbeat") == 1  # came with the first slot thread
     second = client.enqueue(testjobs.Record, {"n": 2}).id
     wait_for(lambda: client.job(second).status is jobwarden.JobStatus.COMPLETED,
              message="the second job completed")
@@ -111,6 +117,7 @@ def test_slot_threads_start_with_work_and_a_burst_runs_on_every_slot(
         client.cancel(job_id)
     wait_for(lambda: len(audit_rows(dsn, "cancelled")) == 3, message="three cancelled")
     assert worker.slots.started == 3  # never more than concurrency
+    assert started().count("jobwarden-heartbeat") == 1
 
 
 def test_an_async_job_starts_the_event_loop_thread_a_plain_worker_never_has(

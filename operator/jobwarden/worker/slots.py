@@ -26,7 +26,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from jobwarden import logfields, metrics
 from jobwarden.structs.jobs import ClaimedJob
@@ -44,7 +44,8 @@ class Slots:
 
     def __init__(self, runner: AttemptRunner, *, concurrency: int, capacity: Capacity,
                  outcomes: Outcomes, stopping: threading.Event,
-                 spawn: Callable[[str, Callable[[], None]], None]) -> None:
+                 spawn: Callable[[str, Callable[[], None]], None],
+                 with_first: Sequence[tuple[str, Callable[[], None]]] = ()) -> None:
         self.runner = runner
         self.concurrency = concurrency
         self.capacity = capacity
@@ -57,6 +58,9 @@ class Slots:
         #: Moving average of attempt durations, for automatic prefetch.
         self._avg_duration: float | None = None
         self._spawn = spawn
+        #: Threads that only attempts in hand need (the heartbeat): started with the first
+        #: slot thread, before it, and never again.
+        self._with_first = tuple(with_first)
         self._threads_lock = threading.Lock()
         #: Slot threads started so far (they never end before the worker stops).
         self.started = 0
@@ -107,6 +111,9 @@ class Slots:
                 return  # every slot busy: it waits for the first to finish, as always
             number = self.started
             self.started += 1
+            if number == 0:
+                for name, target in self._with_first:
+                    self._spawn(name, target)
         self._spawn(f"slot-{number}", self.slot_loop)
 
     def slot_loop(self) -> None:

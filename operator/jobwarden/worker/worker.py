@@ -11,13 +11,14 @@ owns the lifecycle (start, signals, graceful and forced stop, readiness):
   :mod:`jobwarden.worker.outcomes`
 - the threads and their crash rule: :mod:`jobwarden.worker.threads`
 
-Threads (started in :meth:`Worker.start`, except the slots):
+Threads (started in :meth:`Worker.start`, except the slots and the heartbeat):
 
 ``fetch``      claims batches of due jobs for free slots; wakes on NOTIFY and polls.
 ``slot-N``     runs one attempt at a time (up to ``concurrency`` of them, each started
                by the first attempt no started slot was free for: an idle worker has none).
 ``recorder``   writes outcomes, batched and fenced (see ``recorder.py``).
-``heartbeat``  heartbeats every claim this process holds and enforces deadlines.
+``heartbeat``  heartbeats every claim this process holds and enforces deadlines
+               (started with the first slot thread: an idle worker has no claim).
 ``maintain``   periodic tasks: the reaper, and the extensions' tasks.
 ``listen``     LISTEN for enqueue notifications and claim at once (speed only; polling is
                the truth).
@@ -145,7 +146,9 @@ class Worker:
                                     recorder=self.recorder, heartbeat_one=self.heartbeater.one)
         self.slots = Slots(self.runner, concurrency=settings.concurrency,
                            capacity=self.capacity, outcomes=self.outcomes,
-                           stopping=self._stopping, spawn=self._threads.spawn)
+                           stopping=self._stopping, spawn=self._threads.spawn,
+                           # Nothing to beat or time out before an attempt is in hand.
+                           with_first=[("heartbeat", self._heartbeat_loop)])
         #: The slots running an attempt right now (shutdown waits for all to be free).
         self.running_slots = self.slots.running
         self.claimer = Claimer(db, settings, capacity=self.capacity,
@@ -181,7 +184,6 @@ class Worker:
         self._threads.spawn("fetch", self.claimer.fetch_loop)
         # No slot thread yet: the first attempts start them (slots.py).
         self._threads.spawn("recorder", self.recorder.run)
-        self._threads.spawn("heartbeat", self._heartbeat_loop)
         self._threads.spawn("maintain", self._maintenance_loop)
         # Critical: it claims (a listener that cannot connect only waits and retries).
         self._threads.spawn("listen", self.claimer.listen_loop)
