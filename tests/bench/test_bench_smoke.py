@@ -105,7 +105,7 @@ def test_hops_times_every_hop_of_a_few_jobs(dsn: str, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads(out.read_text())
-    for hop in ("enqueue", "notify", "to-claim", "claim", "hand-off", "body", "total"):
+    for hop in ("enqueue", "to-notify", "to-claim", "claim", "hand-off", "body", "total"):
         assert report[hop]["p50"] == report[hop]["p50"], hop  # a number, not NaN
     assert report["total"]["p50"] > report["claim"]["p50"] > 0
     assert report["worker_cpu_per_job_ms"]["mean"] > 0
