@@ -37,9 +37,9 @@ import datetime
 import functools
 import inspect
 import logging
+import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, cast, overload
 
@@ -458,14 +458,16 @@ class LeaseGuard(Generic[T]):
         self.slots = slots
         self.key = key
         self.kind: LeaseKind = kind
-        self.host = host or settings.default_host_name()
+        self.host = host or settings.process_host_name()
         self.on_event = on_event
-        self._entered = threading.local()
+        #: What each thread's open ``with`` blocks on this guard hold (a guard may be
+        #: entered by several threads at once, and nested): thread id -> stack.
+        self._entered: dict[int, list[Lease | None]] = {}
 
     # explicit
 
     def _attempt(self, name: str) -> Lease | Acquisition:
-        owner = self.owner or uuid.uuid4().hex
+        owner = self.owner or os.urandom(16).hex()  # a UUID4's randomness, as hex
         found, sent = acquire(self._db, name=name, owner=owner, ttl=self.ttl, wait=self.wait,
                               host=self.host, slots=self.slots)
         if found.acquired:
@@ -500,12 +502,15 @@ class LeaseGuard(Generic[T]):
             raise TypeError("a lease with a key resolver is a decorator; "
                             "put the key into the name to use it in a with statement")
         lease = self._take(self.name)
-        stack: list[Lease | None] = self._entered.__dict__.setdefault("stack", [])
-        stack.append(lease)
+        self._entered.setdefault(threading.get_ident(), []).append(lease)
         return cast(T, lease)
 
     def __exit__(self, *exc: object) -> None:
-        lease = self._entered.stack.pop()
+        thread = threading.get_ident()
+        stack = self._entered[thread]
+        lease = stack.pop()
+        if not stack:
+            del self._entered[thread]
         if lease is not None:
             lease.release()
 

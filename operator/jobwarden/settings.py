@@ -176,6 +176,14 @@ def default_host_name() -> str:
 
 
 @functools.cache
+def process_host_name() -> str:
+    """:func:`default_host_name`, read once per process: a process's pod name and
+    hostname do not change while it runs, and every lease guard names its host
+    (two environment look-ups each, a measurable share of a lease pair's client CPU)."""
+    return default_host_name()
+
+
+@functools.cache
 def _hostname() -> str:
     # Asked once per process: every lease guard names its host (a system call each).
     return socket.gethostname()

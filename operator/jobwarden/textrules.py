@@ -38,7 +38,7 @@ def problem(text: str) -> str | None:
     """Why PostgreSQL cannot store ``text``, or None when it can."""
     if "\x00" in text:
         return "contains a NUL character"
-    if any("\ud800" <= c <= "\udfff" for c in text):
+    if not text.isascii() and any("\ud800" <= c <= "\udfff" for c in text):
         return "contains a lone surrogate (not valid Unicode)"
     return None
 

@@ -271,3 +271,30 @@ def test_bad_arguments_are_refused_before_anything_is_stored(client: jobwarden.C
         with pytest.raises(ValueError):
             client.lease("x", **bad)
     assert client.db.leases.read("x") == []
+
+
+def test_one_guard_entered_by_two_threads_and_nested_releases_each_ones_own(
+        client: jobwarden.Client) -> None:
+    """A guard keeps each thread's open ``with`` blocks apart (a stack per thread)."""
+    guard = client.lease("shared-guard", ttl=30, slots=3)
+    a_inside, go = threading.Event(), threading.Event()
+    held: list[leases.Lease] = []
+
+    def hold() -> None:
+        with guard as outer, guard as inner:  # nested on one thread: two slots
+            held.extend([outer, inner])
+            a_inside.set()
+            go.wait(10)
+
+    other = threading.Thread(target=hold)
+    other.start()
+    assert a_inside.wait(10)
+    with pytest.raises(leases.LeaseBusy), guard as mine, guard:  # the third slot, then none
+        pass
+    assert mine.released  # this thread's outer lease, not the other thread's
+    assert not any(lease.released for lease in held)
+    go.set()
+    other.join(10)
+    assert all(lease.released and not lease.lost for lease in held)
+    assert [r.owner for r in client.db.leases.read("shared-guard")] == [None, None, None]
+    assert guard._entered == {}  # nothing left behind by either thread
