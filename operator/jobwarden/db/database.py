@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Literal, LiteralString, cast
 import psycopg
 import psycopg.errors
 from psycopg import generators
+from psycopg_pool import ConnectionPool
 
 from jobwarden import errors
 from jobwarden.db import queries
@@ -91,8 +92,6 @@ class Database:
                                 max_size=max_size, timeout=timeout,
                                 application_name=application_name,
                                 prepare_threshold=prepare_threshold)
-        #: The psycopg pool itself (tests and the outage bench hold its connections).
-        self.pool = self.connections.pool
         #: Which pooled connections hold which SQL-level prepared statements.
         self.prepared = PreparedStatements()
         self._calls: dict[str, PreparedCall] = {}
@@ -144,6 +143,16 @@ class Database:
         from jobwarden.db.podruns import PodRunsTable
 
         return PodRunsTable(self)
+
+    @property
+    def pool(self) -> ConnectionPool[Connection]:
+        """The psycopg pool itself (tests and the outage bench hold its connections).
+
+        The connection ``Pool`` keeps parked for its next checkout goes back to it
+        first, so whoever takes connections from it directly can take them all.
+        """
+        self.connections.unpark()
+        return self.connections.pool
 
     # -- lifecycle -----------------------------------------------------------------
 

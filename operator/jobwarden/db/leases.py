@@ -253,7 +253,7 @@ class ReleaseWatcher:
     def _run(self, listener: Listener) -> None:
         idle_since: float | None = None
         try:
-            while not self._db.pool.closed:
+            while not self._db.connections.closed:
                 try:
                     received = listener.wait(0.25)
                 except errors.DatabaseUnavailable:
