@@ -8,6 +8,8 @@ the server closed is replaced like any pooled one.
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 
 import jobwarden
@@ -72,3 +74,17 @@ def test_a_parked_connection_the_server_closed_is_replaced(dsn: str) -> None:
         with client.lease("parked", ttl=30) as lease:  # no error: checked, replaced
             assert lease.token > 0
         assert _backend(db) != victim
+
+
+def test_a_parked_connection_past_its_max_lifetime_is_rotated(dsn: str) -> None:
+    # psycopg_pool enforces max_lifetime when a connection comes back to it; one kept
+    # parked and reused would otherwise live on the same backend for ever.
+    with Database(dsn, min_size=1, max_size=1, timeout=5) as db:
+        client = jobwarden.Client(database=db)
+        with client.lease("parked", ttl=30):
+            pass
+        (parked,) = db.connections._parked
+        old = _backend(db)
+        parked._expire_at = time.monotonic() - 1  # type: ignore[attr-defined]
+        assert _backend(db) != old
+        assert parked.closed

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import select
 import threading
 import time
@@ -99,6 +100,12 @@ def _exec_bare(conn: Connection, query: bytes) -> None:
             raise psycopg.OperationalError(
                 conn.pgconn.error_message.decode(errors="replace") or "connection lost")
         raise psycopg.errors.error_from_result(result, encoding=conn.info.encoding)
+
+
+def _expired(conn: Connection) -> bool:
+    """Whether psycopg_pool's ``max_lifetime`` for ``conn`` has passed (its own stamp)."""
+    expire_at: float = getattr(conn, "_expire_at", math.inf)
+    return expire_at <= time.monotonic()
 
 
 class Pool:
@@ -297,9 +304,12 @@ class Pool:
             with self._parked_lock:
                 conn = self._parked.pop() if self._parked else None
             if conn is not None:
-                if self._usable(conn):
+                if self._usable(conn) and not _expired(conn):
                     return conn
-                self.pool.putconn(conn)  # broken: the pool discards and replaces it
+                # Broken, or past the pool's max_lifetime (which only putconn enforces:
+                # a connection parked and reused forever would never be rotated):
+                # the pool discards and replaces it.
+                self.pool.putconn(conn)
         deadline = time.monotonic() + self._timeout
         while True:
             left = deadline - time.monotonic()
