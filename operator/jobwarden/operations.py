@@ -243,6 +243,10 @@ def enqueue(specs: Sequence[JobSpec], *, schema: str) -> plans.Plan[list[Enqueue
     if span is not None:
         specs = span.stamped(specs)  # carrying the span's context into the rows
     results = yield from _traced(span, jobs_db.insert_plan(specs, channel=channel))
+    if len(specs) == 1:  # the single enqueue: no Counter to build for one row
+        if not results[0].duplicate:
+            metrics.JOBS_ENQUEUED.labels(specs[0].queue, specs[0].job_class).inc()
+        return results
     counts = collections.Counter((item.queue, item.job_class)
                                  for item, result in zip(specs, results, strict=True)
                                  if not result.duplicate)

@@ -335,3 +335,20 @@ def test_a_single_enqueue_runs_prepared_and_once_more_as_plain_text_when_lost(
                                 " WHERE name LIKE 'jw_job_insert_one_visible_%'").fetchone()
         assert [r[0] for r in rows] == [{"n": 1}, {"n": 2}, {"n": 3}]
         assert held == (1,)
+
+
+def _enqueued_metric(queue: str, job_class: str) -> float:
+    from jobwarden import metrics
+
+    return metrics.REGISTRY.get_sample_value(
+        "jobwarden_jobs_enqueued_total", {"queue": queue, "job_class": job_class}) or 0.0
+
+
+def test_enqueued_jobs_are_counted_and_duplicates_are_not(client: jobwarden.Client) -> None:
+    job_class = "tests.support.testjobs:Record"
+    before = _enqueued_metric("default", job_class)
+    client.enqueue(testjobs.Record, {"n": 1}, unique_key="counted-once")
+    client.enqueue(testjobs.Record, {"n": 2}, unique_key="counted-once")  # a duplicate
+    client.enqueue_specs([client.spec(testjobs.Record, {"n": 3}),
+                          client.spec(testjobs.Record, {"n": 4}, unique_key="counted-once")])
+    assert _enqueued_metric("default", job_class) == before + 2
