@@ -48,8 +48,9 @@ class TracingExtension(Extension):
                 and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
             # No SDK set up (the API only, as a dependency of something else): the span
             # would be the invalid no-op one, and with no parent to carry into the
-            # job's code, attaching it changes nothing the code can see. Skipped, it
-            # costs nothing (5% of a no-op job's worker CPU, bench.drain).
+            # job's code, attaching it changes nothing the code can see. Skipped: a
+            # span per attempt that nothing records (docs/benchmarks.md, "Worker cost
+            # per job").
             return call_next(context)
         if self._tracer is None:
             self._tracer = trace.get_tracer(tracing.TRACER_NAME)
