@@ -21,8 +21,10 @@ import asyncio
 import contextlib
 import os
 import signal
+import threading
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -33,6 +35,7 @@ from jobwarden.db.jobs import insert_one_params
 from jobwarden.structs.states import JobStatus
 from tests.support import testjobs
 from tests.support.postgres import EmbeddedServer, private_server, walwriter_pid
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
@@ -131,3 +134,63 @@ def test_a_claimed_non_idempotent_job_survives_a_crash_before_its_enqueue_flushe
         job_id = _then_crash(server, insert_and_claim)
     # The job may have started: its durable claim flushed the insert before it.
     assert _status(server, job_id) is JobStatus.PROCESSING
+
+
+def test_where_the_role_may_not_emit_the_barrier_an_enqueue_waits_for_the_wal_writer(
+        server: EmbeddedServer) -> None:
+    # A managed server may revoke EXECUTE on pg_logical_emit_message from PUBLIC. The
+    # enqueue's row has committed by then: an error would make its caller enqueue it
+    # again, so the barrier waits for the WAL writer's own flush instead.
+    with jobwarden.Client(server.dsn, max_connections=1) as owner:
+        owner.enqueue(testjobs.Record, {"warm": True})  # the schema is there
+    with psycopg.connect(server.dsn, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS jw_plain")
+        admin.execute("CREATE ROLE jw_plain LOGIN")
+        admin.execute("GRANT USAGE ON SCHEMA jobwarden TO jw_plain")
+        admin.execute("GRANT ALL ON ALL TABLES IN SCHEMA jobwarden TO jw_plain")
+        admin.execute("GRANT ALL ON ALL SEQUENCES IN SCHEMA jobwarden TO jw_plain")
+        admin.execute(f"REVOKE EXECUTE ON FUNCTION {_emit(admin)} FROM PUBLIC")
+    plain = psycopg.conninfo.make_conninfo(server.dsn, user="jw_plain")
+    try:
+        with jobwarden.Client(plain, max_connections=1) as client, \
+                psycopg.connect(server.dsn, autocommit=True) as admin:
+            client.enqueue(testjobs.Record, {"warm": True})  # connected, statements ready
+            done: dict[str, object] = {}
+
+            def enqueue() -> None:
+                try:
+                    done["id"] = client.enqueue(testjobs.Record, {"n": "plain"}).id
+                except BaseException as exc:  # shown by the assertion below
+                    done["error"] = exc
+
+            walwriter = walwriter_pid(server.dsn)
+            os.kill(walwriter, signal.SIGSTOP)
+            thread = threading.Thread(target=enqueue)
+            try:
+                thread.start()
+                visible = wait_for(
+                    lambda: admin.execute(
+                        "SELECT id FROM jobwarden.jobs WHERE data->>'n' = 'plain'").fetchone(),
+                    message="the enqueued row to be visible")
+                # Nothing flushes the WAL while its writer is stopped: the row is
+                # visible, and the call has not returned.
+                assert thread.is_alive(), done
+            finally:
+                os.kill(walwriter, signal.SIGCONT)
+            thread.join(30)
+            assert done == {"id": visible[0]}
+    finally:
+        with psycopg.connect(server.dsn, autocommit=True) as admin:
+            admin.execute(f"GRANT EXECUTE ON FUNCTION {_emit(admin)} TO PUBLIC")
+            admin.execute("DROP OWNED BY jw_plain")
+            admin.execute("DROP ROLE jw_plain")
+
+
+def _emit(admin: psycopg.Connection[Any]) -> str:
+    """pg_logical_emit_message's signature on this server (17 added an argument)."""
+    row = admin.execute(
+        "SELECT coalesce(to_regprocedure('pg_logical_emit_message(boolean, text, text,"
+        " boolean)'), to_regprocedure('pg_logical_emit_message(boolean, text, text)'))::text"
+    ).fetchone()
+    assert row is not None
+    return str(row[0])

@@ -125,7 +125,9 @@ SELECT inserted.id, (SELECT n FROM notified) FROM inserted CROSS JOIN asynchrono
 -- `SELECT pg_current_xact_id()` alone commits without waiting. A transactional
 -- logical message takes an xid and writes one small WAL record, and changes no
 -- table; logical decoding consumers see it under this prefix and may ignore it.
-SELECT pg_logical_emit_message(true, 'jobwarden.flush', '');
+-- Where this role may not emit one, the function waits for the WAL writer's
+-- flush instead (migration 0019): never an error after the enqueue committed.
+SELECT {schema}.flush_barrier();
 
 -- name: job_copy_begin
 -- First statement of a COPY batch (job_copy), in the same transaction: the
