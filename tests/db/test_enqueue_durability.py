@@ -34,7 +34,7 @@ from jobwarden.db.database import Database
 from jobwarden.db.jobs import insert_one_params
 from jobwarden.structs.states import JobStatus
 from tests.support import testjobs
-from tests.support.postgres import EmbeddedServer, private_server, walwriter_pid
+from tests.support.postgres import EmbeddedServer, quiet_wal_server, walwriter_pid
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
@@ -42,12 +42,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[EmbeddedServer]:
-    with private_server() as own:
-        with psycopg.connect(own.dsn, autocommit=True) as conn:
-            # Nothing but the test may write (and so flush) WAL on this server.
-            conn.execute("ALTER SYSTEM SET autovacuum = off")
-            conn.execute("ALTER SYSTEM SET bgwriter_lru_maxpages = 0")
-            conn.execute("SELECT pg_reload_conf()")
+    with quiet_wal_server() as own:
         yield own
 
 

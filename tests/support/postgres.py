@@ -127,6 +127,22 @@ def private_server() -> Iterator[EmbeddedServer]:
         own.close()
 
 
+@contextlib.contextmanager
+def quiet_wal_server() -> Iterator[EmbeddedServer]:
+    """A private server on which nothing but the test writes (and so flushes) WAL.
+
+    For crash tests that stop the WAL writer (:func:`walwriter_pid`) so that an
+    asynchronous commit is still only in shared memory when the server dies:
+    autovacuum and the background writer would write (and flush) WAL of their own.
+    """
+    with private_server() as own:
+        with psycopg.connect(own.dsn, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET autovacuum = off")
+            conn.execute("ALTER SYSTEM SET bgwriter_lru_maxpages = 0")
+            conn.execute("SELECT pg_reload_conf()")
+        yield own
+
+
 def walwriter_pid(dsn: str) -> int:
     """The WAL writer's pid: stopping it holds back asynchronous commits' WAL."""
     with psycopg.connect(dsn, autocommit=True) as conn:

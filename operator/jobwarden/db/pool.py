@@ -22,7 +22,7 @@ import select
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any, LiteralString
+from typing import Any, LiteralString, NoReturn
 
 import psycopg
 from psycopg import conninfo
@@ -216,10 +216,7 @@ class Pool:
         ``then``: a statement without parameters run next on the same connection,
         its rows ignored (the enqueue's flush barrier, ``Database.rows_then_flush``).
         """
-        try:
-            conn = self._checkout()
-        except PoolTimeout as exc:
-            raise _timed_out(exc) from exc
+        conn = self._checked_out()
         try:
             cur: psycopg.Cursor[Row] | None = getattr(conn, "_jobwarden_cursor", None)
             if cur is None:
@@ -231,12 +228,7 @@ class Pool:
                 _exec_bare(conn, then)
             return found
         except psycopg.Error as exc:
-            if isinstance(exc, psycopg.OperationalError):
-                self._faults += 1
-            mine = translated(exc)
-            if mine is None:
-                raise
-            raise mine from exc
+            self._failed(exc)
         finally:
             self._give_back(conn)
 
@@ -251,10 +243,7 @@ class Pool:
         """
         if self.prepared_misses >= MISSES_BEFORE_PLAIN:
             return self.statement(call.text, params, fetch=True, then=then)[0]
-        try:
-            conn = self._checkout()
-        except PoolTimeout as exc:
-            raise _timed_out(exc) from exc
+        conn = self._checked_out()
         try:
             rows = run_prepared(conn, call, params)
             if rows is None:
@@ -269,14 +258,25 @@ class Pool:
                 _exec_bare(conn, then)
             return rows
         except psycopg.Error as exc:
-            if isinstance(exc, psycopg.OperationalError):
-                self._faults += 1
-            mine = translated(exc)
-            if mine is None:
-                raise
-            raise mine from exc
+            self._failed(exc)
         finally:
             self._give_back(conn)
+
+    def _checked_out(self) -> Connection:
+        """A checked pooled connection (:meth:`_checkout`); a pool timeout translated."""
+        try:
+            return self._checkout()
+        except PoolTimeout as exc:
+            raise _timed_out(exc) from exc
+
+    def _failed(self, exc: psycopg.Error) -> NoReturn:
+        """Raise ``exc`` as a Jobwarden error (counted as a fault if the connection's)."""
+        if isinstance(exc, psycopg.OperationalError):
+            self._faults += 1
+        mine = translated(exc)
+        if mine is None:
+            raise exc
+        raise mine from exc
 
     def _give_back(self, conn: Connection) -> None:
         """Return a connection after use: parked for the next checkout, or to the pool.
