@@ -5,7 +5,9 @@ CRDs identical to crds/, values that refuse typos, an up-to-date README."""
 from __future__ import annotations
 
 import filecmp
+import hashlib
 import importlib.util
+import itertools
 import sys
 from typing import Any
 
@@ -445,3 +447,35 @@ def test_the_console_can_act_and_use_an_existing_token_secret() -> None:
 def test_console_values_are_checked(console: dict[str, Any]) -> None:
     with pytest.raises(Exception, match=r"meet the specifications of the schema"):
         render({"database": {"dsn": "postgresql://x/y"}, "console": console})
+
+
+def _numeric_checksum_dsn() -> str:
+    """A DSN whose rendered Secret's checksum (sha256, first 16 hex digits) is all digits.
+
+    Such a checksum is a YAML integer unless the template quotes it, and the API
+    server then refuses the Deployment ("cannot unmarshal number into ...
+    annotations of type string"): a user with that DSN could not install the chart.
+    """
+    values = {"database": {"dsn": "postgresql://x/PLACEHOLDER"}}
+    secret = render(values)["jobwarden/templates/secret-dsn.yaml"]
+    for n in itertools.count():
+        dsn = f"postgresql://x/{n}"
+        digest = hashlib.sha256(secret.replace("postgresql://x/PLACEHOLDER", dsn).encode())
+        if digest.hexdigest()[:16].isdigit():
+            return dsn
+    raise AssertionError("unreachable")
+
+
+def test_annotations_and_labels_stay_strings_when_a_checksum_is_all_digits() -> None:
+    dsn = _numeric_checksum_dsn()
+    docs = manifests({"database": {"dsn": dsn}, "console": {"enabled": True}})
+    deployments = by_kind(docs, "Deployment")
+    assert len(deployments) == 2  # the operator's and the console's
+    for doc in deployments:
+        annotations = doc["spec"]["template"]["metadata"]["annotations"]
+        assert annotations["checksum/dsn"].isdigit()  # the case this test is about
+    for doc in docs:
+        for meta in (doc["metadata"], doc.get("spec", {}).get("template", {}).get("metadata", {})):
+            for key in ("annotations", "labels"):
+                for name, value in (meta.get(key) or {}).items():
+                    assert isinstance(value, str), (doc["kind"], key, name, value)
