@@ -34,7 +34,7 @@ import psycopg.errors
 from psycopg import adapt, generators, pq
 
 from jobwarden.db.basics import Connection, Params, Row
-from jobwarden.db.prepared import prepared_form
+from jobwarden.db.prepared import prepared_form, value_adapter
 
 __all__ = ["MISSES_BEFORE_PLAIN", "PreparedCall", "run_prepared"]
 
@@ -73,7 +73,7 @@ class _ConnectionState:
 
     def __init__(self, conn: Connection) -> None:
         self.prepared: set[bytes] = set()
-        self.transformer = adapt.Transformer(conn)
+        self.transformer = value_adapter(conn)
         self.encoding = conn.info.encoding
 
 

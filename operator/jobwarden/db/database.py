@@ -42,7 +42,7 @@ from jobwarden.db.pool import RECONNECT_POLL_SECONDS as RECONNECT_POLL_SECONDS
 from jobwarden.db.pool import Pool
 from jobwarden.db.pool import describe_dsn as describe_dsn
 from jobwarden.db.pool import env_prepare_threshold as env_prepare_threshold
-from jobwarden.db.prepared import PreparedStatements, literal_adapter
+from jobwarden.db.prepared import PreparedStatements, value_adapter
 
 _TUPLES_OK = psycopg.pq.ExecStatus.TUPLES_OK
 _FATAL = psycopg.pq.ExecStatus.FATAL_ERROR
@@ -214,10 +214,14 @@ class Database:
         For the few statements run so often that parsing and planning the call
         itself shows (the lease pair); see ``db/calls.py``, pooler-safe by naming.
         """
+        return self.connections.call(self._call(name), params)
+
+    def _call(self, name: str) -> PreparedCall:
+        """The named query's prepared form (built once per database)."""
         call = self._calls.get(name)
         if call is None:
             call = self._calls[name] = PreparedCall.of(name, self.sql(name))
-        return self.connections.call(call, params)
+        return call
 
     def rows_then_flush(self, name: str, params: Params | None = None) -> list[Row]:
         """The rows of a named query that commits asynchronously, returned once durable.
@@ -233,10 +237,8 @@ class Database:
         """
         if self._flush_barrier is None:
             self._flush_barrier = self.q["flush_barrier"].encode()
-        call = self._calls.get(name)
-        if call is None:
-            call = self._calls[name] = PreparedCall.of(name, self.sql(name))
-        return self.connections.call(call, params or {}, then=self._flush_barrier)
+        return self.connections.call(self._call(name), params or {},
+                                     then=self._flush_barrier)
 
     def in_one_round_trip(self, steps: list[tuple[str, Params | None]], *,
                           prepared: bool = False) -> list[list[Row]]:
@@ -277,7 +279,7 @@ class Database:
             try:
                 pgconn.send_query(b";\n".join([b"BEGIN", *statements, b"COMMIT"]))
                 results = conn.wait(generators.execute(pgconn))
-                tx = literal_adapter(conn)
+                tx = value_adapter(conn)
                 found: list[list[Row]] = []
                 for result in results:
                     if result.status == _TUPLES_OK:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg.types.json import Jsonb
 
 from jobwarden.db import plans
+from jobwarden.db.arrays import array_literal
 from jobwarden.structs.jobs import (
     AttemptRecord,
     ClaimedJob,
@@ -67,17 +68,6 @@ def _record(row: Row) -> JobRecord:
 
 #: A completion's result as JSON text (results are made storable before: cap_result).
 _RESULT_JSON = json.JSONEncoder()
-
-
-def _array_literal(elements: list[str]) -> str:
-    """A PostgreSQL array literal of elements already spelled as the array's input."""
-    return "{" + ",".join(elements) + "}"
-
-
-def _quoted_element(text: str) -> str:
-    """``text`` as one element of an array literal: always double-quoted (an unquoted
-    ``null`` would be SQL NULL), backslashes and quotes escaped."""
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _as_is(encoded: bytes) -> bytes:
@@ -198,11 +188,10 @@ class JobsTable:
         # psycopg adapting each list element by element cost the worker more per
         # completion than everything else the recorder does for it.
         rows = self._db.call("job_complete_many", {
-            "ids": _array_literal([str(c.id) for c in completions]),
-            "tokens": _array_literal([str(c.claim_token) for c in completions]),
-            "results": _array_literal([_quoted_element(_RESULT_JSON.encode(c.result))
-                                       for c in completions]),
-            "lease_lost": _array_literal(["t" if c.lease_lost else "f" for c in completions]),
+            "ids": array_literal([c.id for c in completions]),
+            "tokens": array_literal([str(c.claim_token) for c in completions]),
+            "results": array_literal([_RESULT_JSON.encode(c.result) for c in completions]),
+            "lease_lost": array_literal(["t" if c.lease_lost else "f" for c in completions]),
             "done_channel": self.done_channel,
         })
         return {r[0] for r in rows}

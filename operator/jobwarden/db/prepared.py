@@ -24,7 +24,6 @@ import re
 import threading
 import weakref
 import zlib
-from typing import Any
 
 import psycopg
 from psycopg import adapt
@@ -67,29 +66,20 @@ class PreparedStatements:
     def disable(self) -> None:
         self.enabled = False
 
-    def execute_text(self, conn: Connection, binder: psycopg.ClientCursor[Any], name: str,
-                     text: str, params: Params | None) -> str:
-        """``EXECUTE <statement>(<literals>)`` for ``text``, prepared on ``conn`` first."""
-        statement, order = self._ready(conn, name, text)
-        if not order:
-            return f"EXECUTE {statement}"
-        values = params or {}
-        return binder.mogrify(f"EXECUTE {statement}({', '.join('%s' for _ in order)})",
-                              [values[key] for key in order])
-
     def execute_bytes(self, conn: Connection, name: str, text: str,
                       params: Params | None) -> bytes:
-        """As :meth:`execute_text`, quoted by the connection's own value adapter.
+        """``EXECUTE <statement>(<literals>)`` for ``text``, prepared on ``conn`` first.
 
-        The literals are those ``ClientCursor.mogrify`` writes (it calls the same
-        ``Transformer.as_literal``), without building a cursor and converting a
-        query per call: a third of the client's cost of quoting a claim's values.
+        The literals are quoted by the connection's own value adapter: those
+        ``ClientCursor.mogrify`` writes (it calls the same ``Transformer.as_literal``),
+        without building a cursor and converting a query per call: a third of the
+        client's cost of quoting a claim's values.
         """
         statement, order = self._ready(conn, name, text)
         if not order:
             return b"EXECUTE " + statement.encode()
         values = params or {}
-        literal = literal_adapter(conn).as_literal
+        literal = value_adapter(conn).as_literal
         return b"".join((b"EXECUTE ", statement.encode(), b"(",
                          b", ".join([literal(values[key]) for key in order]), b")"))
 
@@ -109,9 +99,10 @@ class PreparedStatements:
         return statement, order
 
 
-def literal_adapter(conn: Connection) -> Transformer:
-    """The connection's value adapter, kept on it: quotes values as SQL literals and
-    loads the rows of results read outside a cursor (``Database.in_one_round_trip``)."""
+def value_adapter(conn: Connection) -> Transformer:
+    """The connection's value adapter, kept on it: quotes values as SQL literals, dumps
+    the parameters of prepared calls (``db/calls.py``) and loads the rows of results
+    read outside a cursor (``Database.in_one_round_trip``, the prepared calls)."""
     tx: Transformer | None = getattr(conn, "_jobwarden_literals", None)
     if tx is None:
         tx = adapt.Transformer(conn)

@@ -34,6 +34,7 @@ from psycopg import postgres
 from psycopg.adapt import Dumper
 from psycopg.pq import Format, TransactionStatus
 
+from jobwarden.db.arrays import array_literal
 from jobwarden.db.faults import translate_errors
 from jobwarden.structs.schedules import DueSchedule, JobRow, PassWrite
 
@@ -85,7 +86,7 @@ class RunnerPass:
         """As :meth:`_bind`, list values sent as array literals built here (the SQL casts
         each ``%(x)s::type[]``): psycopg's text array dumper ran a regular expression
         per element, most of a pass's client time once the rest was trimmed."""
-        return self._bind(name, {key: _array(value) if isinstance(value, list) else value
+        return self._bind(name, {key: array_literal(value) if isinstance(value, list) else value
                                  for key, value in params.items()})
 
     def _send(self, statements: list[str]) -> list[list[Any]]:
@@ -213,36 +214,6 @@ class RunnerPass:
 def _unknown(keys: list[str | None], ids: list[int | None]) -> list[str | None]:
     """The unique keys of the jobs whose id is not known (None for the others)."""
     return [key if found is None else None for key, found in zip(keys, ids, strict=True)]
-
-
-def _array(values: list[Any]) -> str:
-    """A PostgreSQL array literal of ``values`` (text, integers or None), every text
-    element quoted, so any string is safe (the literal is then bound as one string).
-
-    The usual arrays of a pass are all integers, all NULL or all strings without a
-    quote or backslash; those are joined whole (a tenth of the element-by-element
-    time), the others go element by element.
-    """
-    kinds = set(map(type, values))
-    if kinds == {int}:
-        return "{" + ",".join(map(str, values)) + "}"
-    if kinds == {type(None)}:
-        return "{" + ",".join(["NULL"] * len(values)) + "}"
-    if kinds == {str}:
-        joined = '","'.join(values)
-        if "\\" not in joined and joined.count('"') == 2 * (len(values) - 1):
-            return '{"' + joined + '"}'
-    parts: list[str] = []
-    for value in values:
-        if value is None:
-            parts.append("NULL")
-        elif isinstance(value, str):
-            parts.append('"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"')
-        elif isinstance(value, int) and not isinstance(value, bool):
-            parts.append(str(value))
-        else:
-            raise TypeError(f"no array literal for {type(value).__name__}")
-    return "{" + ",".join(parts) + "}"
 
 
 @contextlib.contextmanager
