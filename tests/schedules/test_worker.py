@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import sys
 import types
 from collections.abc import Callable
+
+import pytest
 
 from jobwarden.client import Client
 from jobwarden.schedules import service
@@ -12,6 +15,7 @@ from jobwarden.settings import WorkerSettings
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
 from tests.conftest import audit_rows
+from tests.support.namedqueries import counting
 from tests.support.waiting import wait_for
 
 T0 = dt.datetime(2030, 1, 7, 12, 0, 30, tzinfo=dt.UTC)
@@ -75,3 +79,23 @@ def test_the_schedule_extension_has_a_periodic_task_and_the_tick_pass(
                             now=client.db.now() - dt.timedelta(minutes=2))
     assert extension.tick_pass() == 1  # the newest missed slot (catch-up latest)
     assert extension.tick_pass() == 0
+
+
+def test_a_pass_asks_first_only_while_the_runner_is_not_loaded(
+        client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    from jobwarden.schedules import runner  # noqa: F401  (loaded, as after a due pass)
+
+    passes = service.ScheduleService(client.db, check_seconds=5)
+    passes.synced = True
+    calls = counting(client.db, monkeypatch)
+    client.schedules.upsert("asked", interval="1m", job_class="tests.support.schedulejobs:Tick",
+                            now=client.db.now() - dt.timedelta(minutes=2))
+
+    report = passes.run_once()
+    assert report is not None and report.enqueued == 1
+    assert "schedule_worker_check" not in calls  # the runner's claim was the question
+
+    monkeypatch.delitem(sys.modules, "jobwarden.schedules.runner")  # a worker that never ran it
+    calls.clear()
+    assert passes.run_once() is None  # nothing due now: the runner is not needed
+    assert calls == ["schedule_worker_check"]

@@ -6,11 +6,12 @@ until the database answers) and then runs passes at most every
 ``schedule_check_seconds``; :class:`ScheduleExtension` gives the worker that
 work as a periodic task and gives a tick the same pass.
 
-A worker with nothing to do for schedules loads none of them: each pass asks
-the database first (``schedule_worker_check``, one statement) whether any
-schedule is due and whether any active code-defined schedule exists, and only
-then imports the runner (with the planner, the cron parser and the structs) or
-the code-schedule sync (with the store and its validation). An application
+A worker with nothing to do for schedules loads none of them: until it has
+loaded the runner, each pass asks the database first (``schedule_worker_check``,
+one statement) whether any schedule is due and whether any active code-defined
+schedule exists, and only then imports the runner (with the planner, the cron
+parser and the structs) or the code-schedule sync (with the store and its
+validation). An application
 that defines no schedule, in a database without due ones, keeps about 0.6 MiB
 less resident (docs/benchmarks.md, "Idle worker RSS"); the pass that finds
 nothing still counts as a runner pass (``jobwarden_schedule_runs_total``).
@@ -91,7 +92,12 @@ class ScheduleService:
 
     def run_once(self) -> RunReport | None:
         """One pass; None when the database said nothing was due (nothing loaded)."""
-        due, code = self._check()
+        if self.synced and "jobwarden.schedules.runner" in sys.modules:
+            # Loaded already: nothing left to save, and the runner's own claim answers
+            # "is anything due" (a check first would be a second round trip per pass).
+            due, code = True, False
+        else:
+            due, code = self._check()
         if not self.synced:
             if code:
                 self.sync()
