@@ -44,8 +44,7 @@ class TracingExtension(Extension):
         # worker does not carry it); the tracer is OpenTelemetry's own cached proxy.
         trace, propagate, otel_context = tracing.api()
         claim = attempt.claim
-        if claim.trace_context is None \
-                and isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        if claim.trace_context is None and not tracing.provider_configured():
             # No SDK set up (the API only, as a dependency of something else): the span
             # would be the invalid no-op one, and with no parent to carry into the
             # job's code, attaching it changes nothing the code can see. Skipped: a
