@@ -90,6 +90,21 @@ def _worker(dsn: str, out: str, total: int) -> None:
 
     JobsTable.claim = timed_claim  # type: ignore[method-assign]
 
+    claim_idle = JobsTable.claim_idle
+
+    def timed_claim_idle(self: JobsTable, **kwargs: Any) -> Any:
+        # A worker whose last round found nothing claims this way (the claim and
+        # the next due time in one message): a trickle's claims mostly come here.
+        sent = now()
+        threads["claim"].add(threading.get_ident())
+        found, due = claim_idle(self, **kwargs)
+        returned = now()
+        for c in found:
+            claims[int(c.data["i"])] = (sent, returned)
+        return found, due
+
+    JobsTable.claim_idle = timed_claim_idle  # type: ignore[method-assign]
+
     execute = running.AttemptRunner.execute
 
     def timed_execute(self: running.AttemptRunner, attempt: Any) -> None:

@@ -41,8 +41,8 @@ from typing import Any
 
 import psycopg
 
-from jobwarden.client import Client
-from jobwarden.controller import runpods
+from jobwarden.api.client import Client
+from jobwarden.controller.podruns import pods as runpods
 from jobwarden.db.database import Database
 from tests.cluster import pki, tools
 from tests.cluster.conftest import open_cluster, started_plane

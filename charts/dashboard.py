@@ -141,7 +141,7 @@ def variable(name: str, label: str, query: str, description: str = "",
 def build() -> dict[str, Any]:
     board = dashboard.Dashboard("Jobwarden").uid("jobwarden") \
         .description("Jobwarden jobs, queues, leases, schedules, hosts and rollouts. "
-                     "Metric names: operator/jobwarden/metrics.py.") \
+                     "Metric names: operator/jobwarden/observability/metrics.py.") \
         .tags(["jobwarden"]).timezone("browser").editable().tooltip(
             models.DashboardCursorSync.CROSSHAIR).refresh("30s").time("now-6h", "now") \
         .with_variable(dashboard.DatasourceVariable("datasource").label("Data source")

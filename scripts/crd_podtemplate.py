@@ -22,8 +22,11 @@ into a structural CRD schema the way controller-gen does for embedded types:
   the template has none.
 
 The same schema is embedded as ``spec.podTemplate`` of JobSchedule and
-ExclusiveJob (a run in a pod of its own), with a description of its own; see
-:data:`TARGETS`.
+ExclusiveJob (a run in a pod of its own), with a description of its own; and a
+WorkerPool's shorthand ``spec.env`` and ``spec.resources`` get the schema of a
+Container's ``env`` (EnvVar, ``valueFrom`` included) and ``resources``
+(ResourceRequirements), so ``resources.limts`` is refused at apply time instead
+of being dropped; see :data:`TARGETS`.
 
 Usage (rewrites crds/ and charts/jobwarden/crds/ in place)::
 
@@ -61,20 +64,39 @@ RUN_DESCRIPTION = (
     "pod and hands it the claim (JOBWARDEN_JOB_ID, JOBWARDEN_CLAIM_TOKEN).")
 
 
+ENV_DESCRIPTION = (
+    "Extra environment variables of the worker container (core EnvVar objects: value "
+    "or valueFrom). The identity the rollout relies on (JOBWARDEN_HOST, POD_NAME, "
+    "POD_NAMESPACE, JOBWARDEN_POOL, JOBWARDEN_DSN_FILE, JOBWARDEN_DSN, "
+    "JOBWARDEN_CODE_VERSION) is refused.")
+RESOURCES_DESCRIPTION = (
+    "Resource requests and limits of the worker container (core ResourceRequirements).")
+#: The spec properties' indentation in every CRD here (where a field is looked up).
+SPEC_INDENT = 16
+
+
 @dataclasses.dataclass(frozen=True)
 class Target:
-    """One CRD file and the spec field the pod template schema is embedded as."""
+    """One CRD file, the spec field a Kubernetes schema is embedded as, and its source:
+    ``PodTemplateSpec``, or ``Container.<field>`` (the schema of that Container field)."""
 
     path: Path
     key: str
     description: str
+    source: str = "io.k8s.api.core.v1.PodTemplateSpec"
+    #: Keys laid over the generated schema's top level (limits of our own).
+    extra: tuple[tuple[str, Any], ...] = ()
 
 
 TARGETS = [
-    Target(directory / name, key, description)
+    Target(directory / name, key, description, *more)
     for directory in (ROOT / "crds", ROOT / "charts" / "jobwarden" / "crds")
-    for name, key, description in (
+    for name, key, description, *more in (
         ("jobwarden.io_workerpools.yaml", "template", POOL_DESCRIPTION),
+        ("jobwarden.io_workerpools.yaml", "env", ENV_DESCRIPTION, "Container.env",
+         (("maxItems", 256),)),
+        ("jobwarden.io_workerpools.yaml", "resources", RESOURCES_DESCRIPTION,
+         "Container.resources"),
         ("jobwarden.io_jobschedules.yaml", "podTemplate", RUN_DESCRIPTION),
         ("jobwarden.io_exclusivejobs.yaml", "podTemplate", RUN_DESCRIPTION),
     )
@@ -179,6 +201,27 @@ def template_schema(document: dict[str, Any], version: str,
     return schema
 
 
+def container_field_schema(document: dict[str, Any], field: str, description: str,
+                           extra: tuple[tuple[str, Any], ...] = ()) -> dict[str, Any]:
+    """The schema of ``Container.<field>`` (env, resources), with our description."""
+    schemas = document["components"]["schemas"]
+    node = schemas["io.k8s.api.core.v1.Container"]["properties"][field]
+    schema = convert(schemas, node)
+    schema["description"] = description
+    schema.update(dict(extra))
+    return schema
+
+
+def target_schema(document: dict[str, Any], version: str, target: Target) -> dict[str, Any]:
+    """The schema ``target`` embeds, from the Kubernetes release's OpenAPI document."""
+    if target.source == ROOT_TYPE:
+        return template_schema(document, version, target.description)
+    kind, _, field = target.source.partition(".")
+    if kind != "Container" or not field:
+        raise ValueError(f"unknown schema source {target.source!r}")
+    return container_field_schema(document, field, target.description, target.extra)
+
+
 def render_block(schema: dict[str, Any], *, indent: int, version: str,
                  key: str = "template") -> str:
     body = yaml.safe_dump({key: schema}, sort_keys=False, width=1000,
@@ -191,15 +234,14 @@ def render_block(schema: dict[str, Any], *, indent: int, version: str,
 
 
 def rewrite(text: str, schema: dict[str, Any], version: str, key: str = "template") -> str:
-    """Replace the generated block (or the hand-written ``<key>:`` node) in a CRD."""
-    if BEGIN in text:
-        start = text.index(BEGIN)
-        line_start = text.rfind("\n", 0, start) + 1
-        indent = start - line_start
-        end = text.index("\n", text.index(END)) + 1
+    """Replace the generated block of ``spec.<key>`` (or its hand-written node) in a CRD."""
+    for found in re.finditer(rf"^( {{{SPEC_INDENT}}}){re.escape(BEGIN)}.*\n\1{key}:\n", text,
+                             flags=re.M):
+        line_start, indent = found.start(), SPEC_INDENT
+        end = text.index("\n", text.index(END, found.end())) + 1
         return text[:line_start] + render_block(schema, indent=indent, version=version,
                                                 key=key) + text[end:]
-    match = re.search(rf"^( +){key}:\n", text, flags=re.M)
+    match = re.search(rf"^( {{{SPEC_INDENT}}}){key}:\n", text, flags=re.M)
     if match is None:
         raise ValueError(f"no spec.{key} node in the CRD")
     indent = len(match.group(1))
@@ -228,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = args.spec or _module_spec(args.version)
     document = json.loads(spec.read_text())
     for target in TARGETS:
-        schema = template_schema(document, args.version, target.description)
+        schema = target_schema(document, args.version, target)
         target.path.write_text(rewrite(target.path.read_text(), schema, args.version,
                                        key=target.key))
         print(f"wrote {target.path.relative_to(ROOT)} (spec.{target.key})")

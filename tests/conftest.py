@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 import pytest
 
+from jobwarden.api.client import Client
 from jobwarden.assembly import build_worker
-from jobwarden.client import Client
 from jobwarden.db.database import Database
 from jobwarden.settings import WorkerSettings
 from jobwarden.worker.worker import Worker
@@ -24,8 +24,9 @@ from tests.support import postgres, testjobs
 REPO = Path(__file__).resolve().parent.parent
 
 #: The emulated Kubernetes API's fixtures (kube_api, kube_api_factory, kube_crd_paths,
-#: kubectl), registered once for every tier (docs/testing-kubernetes.md).
-pytest_plugins = ["tests.support.kube.plugin"]
+#: kubectl), registered once for every tier (docs/testing-kubernetes.md), and CI's rule
+#: that a tier which skips fails (tests/support/ci_skips.py).
+pytest_plugins = ["tests.support.kube.plugin", "tests.support.ci_skips"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -10,9 +10,16 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from jobwarden.asyncclient import AsyncClient
-    from jobwarden.client import Client
-    from jobwarden.definitions import Job, job
+    from jobwarden.api.asyncclient import AsyncClient
+    from jobwarden.api.client import Client
+    from jobwarden.coordination.leases import (
+        Lease,
+        LeaseBusy,
+        LeaseEvent,
+        LeaseLost,
+        LeaseNotReleased,
+        literal,
+    )
     from jobwarden.errors import (
         BadJobData,
         ConfigurationError,
@@ -27,18 +34,12 @@ if TYPE_CHECKING:
         JobTimeout,
         JobwardenError,
         SchemaMissing,
+        SchemaTooNew,
         UnknownJob,
         UnsupportedConnection,
         WaitTimeout,
     )
-    from jobwarden.leases import (
-        Lease,
-        LeaseBusy,
-        LeaseEvent,
-        LeaseLost,
-        LeaseNotReleased,
-        literal,
-    )
+    from jobwarden.jobs.definitions import Job, job
     from jobwarden.schedules.errors import ScheduleError
     from jobwarden.schedules.registry import schedule
     from jobwarden.structs.states import JobStatus
@@ -47,18 +48,19 @@ if TYPE_CHECKING:
 #: package: ``import jobwarden.worker...`` (or any submodule) runs this file first,
 #: and a worker process should not load the client, the asyncio client and the
 #: schedule store just because its job module says ``@jobwarden.job`` (``import
-#: jobwarden`` then costs what ``jobwarden.definitions`` costs; docs/benchmarks.md,
+#: jobwarden`` then costs what ``jobwarden.jobs.definitions`` costs; docs/benchmarks.md,
 #: "Idle worker RSS").
 _WHERE = {
-    "AsyncClient": "jobwarden.asyncclient", "Client": "jobwarden.client",
-    "Job": "jobwarden.definitions", "job": "jobwarden.definitions",
+    "AsyncClient": "jobwarden.api.asyncclient", "Client": "jobwarden.api.client",
+    "Job": "jobwarden.jobs.definitions", "job": "jobwarden.jobs.definitions",
     **dict.fromkeys((
         "BadJobData", "ConfigurationError", "DatabaseUnavailable", "InvalidInput",
         "InvalidJobData", "InvalidPayload", "JobCancelled", "JobFailed", "JobFenced",
-        "JobNotFound", "JobTimeout", "JobwardenError", "SchemaMissing", "UnknownJob",
+        "JobNotFound", "JobTimeout", "JobwardenError", "SchemaMissing", "SchemaTooNew",
+        "UnknownJob",
         "UnsupportedConnection", "WaitTimeout"), "jobwarden.errors"),
     **dict.fromkeys(("Lease", "LeaseBusy", "LeaseEvent", "LeaseLost", "LeaseNotReleased",
-                     "literal"), "jobwarden.leases"),
+                     "literal"), "jobwarden.coordination.leases"),
     "ScheduleError": "jobwarden.schedules.errors", "schedule": "jobwarden.schedules.registry",
     "JobStatus": "jobwarden.structs.states",
 }
@@ -101,6 +103,7 @@ __all__ = [
     "LeaseNotReleased",
     "ScheduleError",
     "SchemaMissing",
+    "SchemaTooNew",
     "UnknownJob",
     "UnsupportedConnection",
     "WaitTimeout",

@@ -16,7 +16,7 @@ all build workers here, so each runs with the same parts in the same order:
    ``gauge_interval`` > 0: it competes for the gauge lease with every other
    worker and the operator, so one process per database exports queue depth;
 6. retention of finished jobs (``JOBWARDEN_RETENTION``), periodically, in the
-   one process of the database holding its lease (:mod:`jobwarden.retention`).
+   one process of the database holding its lease (:mod:`jobwarden.maintenance.retention`).
 
 Nothing here is module state: two workers in one process (tests, ``jobwarden
 dev`` in-process) each get their own extensions.
@@ -27,23 +27,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from jobwarden import tracing
-from jobwarden.exclusive import ExclusiveJobs
-from jobwarden.membership import HostMembership
-from jobwarden.schedules.service import ScheduleExtension
+from jobwarden.observability import tracing
 from jobwarden.settings import WorkerSettings
-from jobwarden.upkeep import RetentionExtension
-from jobwarden.worker.extensions import WorkerExtension
 from jobwarden.worker.worker import ExtensionFactory, Worker
 
 # The parts only some workers use are imported where they are added (the tick route
 # and the gauge exporter with http_port; tracing where OpenTelemetry is installed;
-# the pod-run worker for `run-job`): a worker carries only the modules it runs
-# (docs/benchmarks.md, "Idle worker RSS").
+# the pod-run worker for `run-job`; the host registry, the schedule runner and
+# retention, which `run-job` has none of): a worker carries only the modules it runs
+# (docs/benchmarks.md, "Idle worker RSS"), and a pod run starts sooner
+# (docs/benchmarks.md, "Pod per run against a native CronJob").
 if TYPE_CHECKING:
     from jobwarden.db.database import Database
     from jobwarden.podruns.runjob import PodRunWorker
+    from jobwarden.schedules.service import ScheduleExtension
     from jobwarden.tick import SchedulePass, Ticker
+    from jobwarden.worker.extensions import WorkerExtension
+    from jobwarden.worker.handle import WorkerHandle
 
 __all__ = ["build_pod_run_worker", "build_ticker", "build_worker"]
 
@@ -55,7 +55,9 @@ class _Schedules:
         self.extension: ScheduleExtension | None = None
         self.override = override
 
-    def build(self, worker: Worker) -> WorkerExtension:
+    def build(self, worker: WorkerHandle) -> WorkerExtension:
+        from jobwarden.schedules.service import ScheduleExtension
+
         self.extension = ScheduleExtension(worker)
         return self.extension
 
@@ -63,6 +65,14 @@ class _Schedules:
         if self.override is not None:
             return self.override()
         return self.extension.tick_pass() if self.extension is not None else None
+
+
+def schedule_period(expression: str) -> float | None:
+    """A schedule's period for the gauges, the parser loaded only once there is a schedule
+    (a worker without schedules never loads cronsim: docs/benchmarks.md, "Idle worker RSS")."""
+    from jobwarden.schedules.periods import period_seconds
+
+    return period_seconds(expression)
 
 
 def build_worker(db: Database, settings: WorkerSettings, *,
@@ -73,33 +83,39 @@ def build_worker(db: Database, settings: WorkerSettings, *,
     ``tick_schedules`` replaces the schedule pass a tick runs (tests observe or
     break it without touching the schedules table).
     """
+    from jobwarden.extensions.exclusive import ExclusiveJobs
+    from jobwarden.extensions.hosts import HostMembership
+    from jobwarden.extensions.retention import RetentionExtension
+
     schedules = _Schedules(tick_schedules)
     factories: list[ExtensionFactory] = [ExclusiveJobs.for_worker, HostMembership,
                                          schedules.build]
     if settings.http_port is not None:
-        from jobwarden.gauge_extension import GaugeExtension
+        from jobwarden.extensions.gauges import GaugeExtension
         from jobwarden.tick import TickExtension
 
         factories.append(lambda worker: TickExtension(worker,
                                                       run_schedules=schedules.tick_pass))
         if settings.gauge_interval > 0:
-            factories.append(GaugeExtension)
+            factories.append(lambda worker: GaugeExtension(worker, period_of=schedule_period))
     factories.append(RetentionExtension)
     if tracing.enabled():  # outermost: the attempt's span covers lease waits too
-        from jobwarden import attempt_tracing
-
-        factories.insert(0, attempt_tracing.TracingExtension)
+        from jobwarden.extensions.tracing import TracingExtension
+        factories.insert(0, TracingExtension)
     return Worker(db, settings, extensions=[*factories, *extra])
 
 
 def build_ticker(db: Database, settings: WorkerSettings) -> Ticker:
     """``jobwarden tick``: a worker that is never started, and a ticker driving it."""
+    from jobwarden.extensions.exclusive import ExclusiveJobs
+    from jobwarden.extensions.hosts import HostMembership
     from jobwarden.tick import Ticker
 
     schedules = _Schedules(None)
     worker = Worker(db, settings, extensions=[ExclusiveJobs.for_worker, HostMembership,
                                               schedules.build])
-    return Ticker(worker, standalone=True, run_schedules=schedules.tick_pass)
+    return Ticker(worker.handle, standalone=True, run_schedules=schedules.tick_pass,
+                  on_close=lambda: worker.stop(timeout=0))
 
 
 def build_pod_run_worker(db: Database, settings: WorkerSettings, *,
@@ -115,7 +131,6 @@ def build_pod_run_worker(db: Database, settings: WorkerSettings, *,
 
     factories: list[ExtensionFactory] = [PodRunLease.factory(lease_token)]
     if tracing.enabled():
-        from jobwarden import attempt_tracing
-
-        factories.insert(0, attempt_tracing.TracingExtension)
+        from jobwarden.extensions.tracing import TracingExtension
+        factories.insert(0, TracingExtension)
     return PodRunWorker(db, settings, extensions=factories)

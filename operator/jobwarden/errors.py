@@ -24,6 +24,11 @@ class SchemaMissing(JobwardenError):
     """The Jobwarden tables are not there: run ``jobwarden migrate``."""
 
 
+class SchemaTooNew(JobwardenError):
+    """The schema no longer serves this release: a later release's migration removed
+    something this code uses (docs/upgrades.md). Run a newer release."""
+
+
 class UnknownJob(JobwardenError):
     """A job class path does not resolve to an importable job."""
 

@@ -162,6 +162,17 @@ def env_prepare_threshold() -> int | None:
     return value
 
 
+def env_listen_dsn() -> str | None:
+    """``JOBWARDEN_LISTEN_DSN``: a direct DSN for the LISTEN connection, or None.
+
+    Why: behind a transaction-mode pooler (PgBouncer) LISTEN hears nothing, so
+    wake-ups are lost and every worker polls; a separate DSN straight to the server
+    (one connection per process) keeps them, while every other call goes through
+    the pooler.
+    """
+    return _raw("JOBWARDEN_LISTEN_DSN", None) or None
+
+
 def env_schema() -> str:
     return env_text("JOBWARDEN_SCHEMA", "jobwarden")
 
@@ -216,6 +227,12 @@ class WorkerSettings:
     heartbeat_grace: float = 60.0
     #: How often this process runs the reaper.
     reap_interval: float = 10.0
+    #: The pace of an idle worker (nothing claimed, LISTEN verified): its claim polls
+    #: back off from ``poll_interval`` up to this, and its host-row refresh and
+    #: reaper run at most this often. None = ``max(60 x poll_interval,
+    #: heartbeat_interval, reap_interval)`` (60 s with the defaults; see
+    #: :attr:`idle_seconds` and docs/capacity-planning.md).
+    idle_interval: float | None = None
     #: After SIGTERM: how long running jobs may take before the process exits anyway.
     shutdown_grace: float = 30.0
     #: Stored results larger than this (bytes of JSON) are truncated with a marker.
@@ -230,8 +247,12 @@ class WorkerSettings:
     #: Run due schedules at most this often (0 = off).
     schedule_check_seconds: float = 15.0
     #: With an HTTP port: compete for the gauge lease and, while holding it,
-    #: export the database-wide gauges this often (0 = never; jobwarden.gauges).
+    #: export the database-wide gauges this often (0 = never; jobwarden.maintenance.gauges).
     gauge_interval: float = 15.0
+    #: /healthz fails while the heartbeat loop, a claim round or the recorder has
+    #: been in one round longer than this (a wedged worker is restarted; a round
+    #: that failed because the database is away counts as done: see looping.Progress).
+    stall_seconds: float = 120.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -240,6 +261,10 @@ class WorkerSettings:
             raise errors.ConfigurationError(
                 "heartbeat grace must be longer than the heartbeat interval"
             )
+        if self.idle_interval is not None and not self.idle_interval > 0:
+            raise errors.ConfigurationError("the idle interval must be a positive duration")
+        if not self.stall_seconds > 0:
+            raise errors.ConfigurationError("the stall bound must be a positive duration")
         if self.isolation not in ("thread", "process"):
             raise errors.ConfigurationError("isolation must be 'thread' or 'process'")
 
@@ -260,11 +285,25 @@ class WorkerSettings:
         }
         for field, variable in _WORKER_DURATIONS.items():
             values[field] = env_duration(variable, _WORKER_DEFAULTS[field], env=env)
+        if _raw("JOBWARDEN_IDLE_INTERVAL", env):
+            values["idle_interval"] = env_duration("JOBWARDEN_IDLE_INTERVAL", 60.0, env=env)
         for field, value in given.items():
             if value is None:
                 continue
             values[field] = value
         return cls(**values)
+
+    @property
+    def idle_seconds(self) -> float:
+        """The idle pace (:attr:`idle_interval`, or its default from the other intervals).
+
+        Why derived: an idle worker's periodic transactions are what a fleet costs a
+        database at rest (issue 31), and a deployment that shortened its intervals
+        (the tests, a latency-bound setup) keeps a proportionally short idle pace.
+        """
+        if self.idle_interval is not None:
+            return self.idle_interval
+        return max(60 * self.poll_interval, self.heartbeat_interval, self.reap_interval)
 
     @property
     def max_prefetch(self) -> int:
@@ -287,6 +326,7 @@ _WORKER_DURATIONS = {
     "shutdown_grace": "JOBWARDEN_SHUTDOWN_GRACE",
     "schedule_check_seconds": "JOBWARDEN_SCHEDULE_CHECK_SECONDS",
     "gauge_interval": "JOBWARDEN_GAUGE_INTERVAL",
+    "stall_seconds": "JOBWARDEN_STALL_SECONDS",
 }
 _WORKER_DEFAULTS: dict[str, float] = {
     field.name: field.default for field in dataclasses.fields(WorkerSettings)

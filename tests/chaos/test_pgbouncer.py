@@ -11,21 +11,25 @@ everywhere else hold.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import psycopg
 import pytest
 
 import jobwarden
 from jobwarden import errors
+from jobwarden.assembly import build_worker
 from jobwarden.db.database import PREPARED_STATEMENTS_ENV, Database
+from jobwarden.settings import WorkerSettings
 from jobwarden.structs.states import JobStatus
-from tests.conftest import audit_rows
+from tests.conftest import FAST, audit_rows
 from tests.support import testjobs
 from tests.support.pgbouncer import PgBouncer
 from tests.support.waiting import wait_for
@@ -194,3 +198,50 @@ def test_workers_client_leases_schedules_and_reaper_through_pgbouncer(
     assert sorted(set(ran)) == sorted(every)
     assert doomed_status is JobStatus.INTERRUPTED and starts.count(doomed) == 1
     assert os.environ.get(PREPARED_STATEMENTS_ENV) is None
+
+
+def _completed(client: jobwarden.Client, job_id: int) -> bool:
+    return client.job(job_id).status is JobStatus.COMPLETED
+
+
+def test_behind_pgbouncer_listen_hears_nothing_so_the_worker_keeps_polling(
+        bouncer: PgBouncer, dsn: str) -> None:
+    """LISTEN through a transaction-mode pooler is accepted and hears nothing: the
+    probe NOTIFY never comes back, so the worker never slows its polls (issue 31)."""
+    db = Database(bouncer.dsn, min_size=0, max_size=4)
+    options: dict[str, Any] = {**FAST, "host": "bounced", "idle_interval": 30.0}
+    worker = build_worker(db, WorkerSettings(**options))
+    worker.start()
+    try:
+        wait_for(lambda: worker.claimer.unheard_probes >= 1, timeout=60,
+                 message="the LISTEN probe given up")
+        assert not worker.listening.is_set()
+        assert worker.claimer.idle_wait() == FAST["poll_interval"]
+        with jobwarden.Client(bouncer.dsn) as client:
+            job_id = client.enqueue(testjobs.Record, {"n": 1}).id
+            wait_for(lambda: client.job(job_id).status is JobStatus.COMPLETED, timeout=30,
+                     message="the job claimed by polling")
+    finally:
+        worker.stop(timeout=5)
+        db.close()
+
+
+def test_a_direct_listen_dsn_keeps_wake_ups_behind_pgbouncer(
+        bouncer: PgBouncer, dsn: str) -> None:
+    """Every call through the pooler, LISTEN on a direct connection: with polls an
+    hour apart, only a NOTIFY can have the enqueued job claimed (issue 31)."""
+    db = Database(bouncer.dsn, min_size=0, max_size=4, listen_dsn=dsn)
+    options: dict[str, Any] = {**FAST, "poll_interval": 3600.0, "host": "bounced-listen"}
+    worker = build_worker(db, WorkerSettings(**options))
+    worker.start()
+    try:
+        assert worker.listening.wait(30), "the direct LISTEN connection never verified"
+        wait_for(lambda: worker.claimer.empty_rounds >= 1, message="the start-up claim")
+        with jobwarden.Client(bouncer.dsn) as client:
+            for n in range(3):
+                job_id = client.enqueue(testjobs.Record, {"n": n}).id
+                wait_for(functools.partial(_completed, client, job_id), timeout=30,
+                         message="the job claimed on its NOTIFY")
+    finally:
+        worker.stop(timeout=5)
+        db.close()

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import pytest
 
 import jobwarden
-from jobwarden.exclusive import lease_window
+from jobwarden.extensions.exclusive import lease_window
 from tests.conftest import audit_rows
 from tests.support.waiting import wait_for
 

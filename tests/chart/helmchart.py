@@ -51,9 +51,25 @@ def _render(values_json: str) -> dict[str, str]:
         return dict(chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True))
 
 
-def render(values: dict[str, Any] | None) -> dict[str, str]:
-    """Template path -> rendered text (NOTES.txt included)."""
-    return _render(json.dumps(values))
+#: A DSN for renders whose values name none (the chart refuses to render without one).
+TEST_DSN = "postgresql://jobwarden@postgres:5432/jobwarden"
+
+
+def with_test_defaults(values: dict[str, Any] | None) -> dict[str, Any]:
+    """``values`` plus what an offline render needs: a DSN when none is named, and
+    monitors rendered without asking the (absent) cluster whether it serves their API."""
+    merged = json.loads(json.dumps(values or {}))
+    database = merged.setdefault("database", {})
+    if not database.get("dsn") and not database.get("existingSecret"):
+        database["dsn"] = TEST_DSN
+    merged.setdefault("metrics", {}).setdefault("onlyWhenApiExists", False)
+    return dict(merged)
+
+
+def render(values: dict[str, Any] | None, *, raw: bool = False) -> dict[str, str]:
+    """Template path -> rendered text (NOTES.txt included); ``raw``: the values as given,
+    without :func:`with_test_defaults`."""
+    return _render(json.dumps(values if raw else with_test_defaults(values)))
 
 
 def manifests(values: dict[str, Any] | None) -> list[dict[str, Any]]:

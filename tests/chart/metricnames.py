@@ -1,5 +1,5 @@
 """The metric names and labels Jobwarden exports, read from the docstring of
-operator/jobwarden/metrics.py, and a PromQL checker against them.
+operator/jobwarden/observability/metrics.py, and a PromQL checker against them.
 
 Why the docstring: it is the documented contract (one place that lists every
 metric, its type and labels); dashboards and alert rules may only use what it
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-METRICS_PY = ROOT / "operator" / "jobwarden" / "metrics.py"
+METRICS_PY = ROOT / "operator" / "jobwarden" / "observability" / "metrics.py"
 
 #: Labels Prometheus attaches to every scraped series (target labels), plus the
 #: "cluster" external label and the "pool" label the chart's PodMonitor adds.

@@ -148,7 +148,7 @@ def test_existing_dsn_secret_is_used_and_none_is_created() -> None:
 
 
 def test_tick_token_secret_is_off_by_default_and_generated_when_on() -> None:
-    assert not by_kind(manifests(None), "Secret")
+    assert not by_kind(manifests({"database": {"existingSecret": "db"}}), "Secret")
     docs = manifests(values_of("full-values.yaml"))
     (tick,) = [s for s in by_kind(docs, "Secret") if s["metadata"]["name"].endswith("-tick")]
     assert len(tick["data"]["token"]) >= 48
@@ -172,7 +172,8 @@ OPERATOR_RULES = {
     # (apiGroup, resource): verbs -- exactly what kopf and the operator call.
     ("jobwarden.io", "workerpools"): {"get", "list", "watch", "patch", "update"},
     ("jobwarden.io", "jobschedules"): {"get", "list", "watch", "patch", "update"},
-    ("jobwarden.io", "exclusivejobs"): {"get", "list", "watch", "patch", "update"},
+    # delete: an ExclusiveJob's spec.ttlSecondsAfterFinished
+    ("jobwarden.io", "exclusivejobs"): {"get", "list", "watch", "patch", "update", "delete"},
     ("jobwarden.io", "workerpools/status"): {"get", "patch", "update"},
     ("jobwarden.io", "jobschedules/status"): {"get", "patch", "update"},
     ("jobwarden.io", "exclusivejobs/status"): {"get", "patch", "update"},
@@ -208,7 +209,8 @@ def test_no_rbac_rule_uses_a_wildcard(scenario: str) -> None:
 
 
 def operator_grants(docs: list[dict[str, Any]]) -> dict[str, dict[tuple[str, str], set[str]]]:
-    """Grants of the operator's ServiceAccount, keyed by namespace ("*" = cluster-wide)."""
+    """Grants of the operator's ServiceAccount, keyed by namespace ("*" = cluster-wide).
+    (Other accounts of the chart, such as crds.upgradeJob's, are not the operator's.)"""
     roles = {
         (d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
         for d in docs
@@ -220,6 +222,7 @@ def operator_grants(docs: list[dict[str, Any]]) -> dict[str, dict[tuple[str, str
             continue
         if not any(
             s["kind"] == "ServiceAccount" and s["namespace"] == NAMESPACE
+            and s["name"].endswith("-operator")
             for s in binding["subjects"]
         ):
             continue
@@ -231,16 +234,31 @@ def operator_grants(docs: list[dict[str, Any]]) -> dict[str, dict[tuple[str, str
     return grants
 
 
+SECRETS = ("", "secrets")
+
+
 def test_cluster_wide_operator_gets_exactly_what_it_calls() -> None:
+    """Secrets only in the release's namespace (issue 27: cluster-wide ``get secrets`` by
+    default); the DSNSecretReady condition says Unknown/Forbidden elsewhere."""
     grants = operator_grants(manifests(None))
-    assert grants == {"*": OPERATOR_RULES}
+    cluster = {k: v for k, v in OPERATOR_RULES.items() if k != SECRETS}
+    assert grants == {"*": cluster, NAMESPACE: {SECRETS: {"get"}}}
+
+
+def test_secrets_are_granted_where_rbac_secret_namespaces_says() -> None:
+    listed = operator_grants(manifests({"rbac": {"secretNamespaces": ["app1", "app2"]}}))
+    assert {ns: g for ns, g in listed.items() if ns != "*"} == {
+        "app1": {SECRETS: {"get"}}, "app2": {SECRETS: {"get"}}}
+    assert SECRETS not in listed["*"]
+    everywhere = operator_grants(manifests({"rbac": {"secretNamespaces": ["*"]}}))
+    assert everywhere["*"][SECRETS] == {"get"} and list(everywhere) == ["*"]
 
 
 def test_peering_adds_only_kopfs_cluster_peering() -> None:
     grants = operator_grants(manifests(values_of("full-values.yaml")))
-    expected = dict(OPERATOR_RULES)
+    expected = {k: v for k, v in OPERATOR_RULES.items() if k != SECRETS}
     expected[("kopf.dev", "clusterkopfpeerings")] = {"get", "list", "watch", "patch"}
-    assert grants == {"*": expected}
+    assert grants == {"*": expected, NAMESPACE: {SECRETS: {"get"}}}
 
 
 def test_namespaced_operator_gets_roles_only_in_its_namespaces() -> None:
@@ -272,8 +290,54 @@ def test_notes_tell_how_to_check_status_find_metrics_and_get_the_token() -> None
     assert "rollout status deployment/jw-jobwarden-operator" in notes
     assert "/metrics" in notes
     assert "get secret jw-jobwarden-tick" in notes
-    default_notes = render(None)["jobwarden/templates/NOTES.txt"]
-    assert "create secret generic jw-jobwarden-dsn" in default_notes
+
+
+def test_an_install_without_a_dsn_fails_at_render_time_with_a_message() -> None:
+    """Issue 27: it rendered, and the operator sat in ContainerCreating forever."""
+    import helm_python
+
+    for values in (None, {"image": {"tag": "0.2.0"}}, {"console": {"enabled": True},
+                                                       "operator": {"enabled": False}}):
+        with pytest.raises(helm_python.HelmRenderError, match=r"database\.existingSecret"):
+            render(values, raw=True)
+    assert render({"database": {"existingSecret": "db"}}, raw=True)
+    # Nothing that reads the DSN is installed: nothing to ask for.
+    assert render({"operator": {"enabled": False}}, raw=True)
+
+
+def test_monitors_are_rendered_only_where_their_api_is_served() -> None:
+    """Offline, as on a cluster without prometheus-operator: the documented install with
+    the monitors on renders none of them (issue 27: ``no matches for kind PodMonitor``)
+    and NOTES says so; the real API server's side is tests/cluster/test_helm_install.py."""
+    values = {"database": {"existingSecret": "db"},
+              "metrics": {"podMonitor": {"enabled": True},
+                          "serviceMonitor": {"enabled": True}},
+              "prometheusRule": {"enabled": True}}
+    rendered = render(values, raw=True)
+    kinds = {doc["kind"] for path, text in rendered.items() if not path.endswith(".txt")
+             for doc in yaml.safe_load_all(text) if doc and "kind" in doc}
+    assert not kinds & {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
+    notes = rendered["jobwarden/templates/NOTES.txt"]
+    assert "Not created: PodMonitor, PrometheusRule, ServiceMonitor" in notes
+    forced = manifests({**values, "metrics": {**values["metrics"], "onlyWhenApiExists": False}})
+    assert {"PodMonitor", "ServiceMonitor", "PrometheusRule"} <= {d["kind"] for d in forced}
+
+
+def test_the_pod_monitor_selects_the_watched_namespaces() -> None:
+    """Issue 27: ``any: true`` even with watchNamespaces set; two releases scraped every
+    worker twice."""
+    def selector(values: dict[str, Any]) -> dict[str, Any]:
+        (monitor,) = by_kind(manifests({"metrics": {"podMonitor": {"enabled": True}},
+                                        **values}), "PodMonitor")
+        return dict(monitor["spec"]["namespaceSelector"])
+
+    assert selector({}) == {"any": True}
+    assert selector({"operator": {"watchNamespaces": ["app1", "app2"]}}) == {
+        "matchNames": ["app1", "app2"]}
+    assert selector({"operator": {"watchNamespaces": ["app1"]},
+                     "metrics": {"podMonitor": {"enabled": True,
+                                                "namespaces": ["other"]}}}) == {
+        "matchNames": ["other"]}
 
 
 def test_readme_is_generated_from_the_current_values() -> None:

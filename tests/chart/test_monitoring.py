@@ -1,5 +1,5 @@
 """The Grafana dashboard and the alert rules use real PromQL and only the
-metrics (and labels) that operator/jobwarden/metrics.py documents."""
+metrics (and labels) that operator/jobwarden/observability/metrics.py documents."""
 
 from __future__ import annotations
 
@@ -42,8 +42,7 @@ def test_the_docstring_catalog_matches_the_metrics_module() -> None:
     import sys
 
     sys.path.insert(0, str(ROOT / "operator"))
-    from jobwarden import metrics
-
+    from jobwarden.observability import metrics
     registered = {}
     for family in metrics.REGISTRY.collect():
         name = family.name + ("_total" if family.type == "counter" else "")
@@ -109,6 +108,7 @@ def test_alert_rules_cover_the_runbook() -> None:
         "JobwardenAutovacuumOff",
         "JobwardenDeadTuplesPilingUp",
         "JobwardenPodRunsNotStarting",
+        "JobwardenResourceNotReady",
     ]
 
 
@@ -148,6 +148,7 @@ def test_rule_thresholds_follow_the_values() -> None:
                 "rules": {
                     "queueWaitHigh": {"thresholdSeconds": 42},
                     "scheduleNoSuccess": {"intervals": 5, "learnWindow": "2d"},
+                    "drainStuck": {"timeout": "2h", "marginSeconds": 45},
                 },
             }
         }
@@ -155,8 +156,27 @@ def test_rule_thresholds_follow_the_values() -> None:
     (rule,) = [d for d in docs if d["kind"] == "PrometheusRule"]
     exprs = {r["alert"]: r["expr"] for r in rule["spec"]["groups"][0]["rules"]}
     assert "> 42" in exprs["JobwardenQueueWaitHigh"]
-    assert "5 * (" in exprs["JobwardenScheduleNoSuccess"]
-    assert "172800" in exprs["JobwardenScheduleNoSuccess"]
+    assert "5 * max by (schedule) (jobwarden_schedule_period_seconds)" in \
+        exprs["JobwardenScheduleNoSuccess"]
+    assert "+ 7200" in exprs["JobwardenDrainStuck"] and "+ 45" in exprs["JobwardenDrainStuck"]
+
+
+def test_rules_render_from_the_previous_releases_values() -> None:
+    """``helm upgrade --reuse-values`` from 0.1.0 renders with 0.1.0's values, which lack
+    the keys 0.2.0 added (drainStuck.marginSeconds, window): the rules still parse."""
+    import yaml
+    from helmchart import CHART
+
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values["database"]["dsn"] = "postgresql://u@h/db"
+    values["prometheusRule"]["enabled"] = True
+    del values["metrics"]["onlyWhenApiExists"]  # 0.1.0 had none: rendered as before
+    for key in ("marginSeconds", "window"):
+        del values["prometheusRule"]["rules"]["drainStuck"][key]
+    del values["prometheusRule"]["rules"]["resourceNotReady"]
+    stuck = _alerts(values)["JobwardenDrainStuck"]["expr"]
+    assert "[5m]" in stuck and "+ 30" in stuck
+    assert check(stuck, CATALOG) == []
 
 
 def _alerts(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -177,6 +197,11 @@ def test_operator_down_is_only_rendered_when_something_scrapes_the_operator() ->
     no_operator = _alerts({"prometheusRule": {"enabled": True, "operatorJob": "x"},
                            "operator": {"enabled": False}})
     assert "JobwardenOperatorDown" not in no_operator
+    # Scaled to zero on purpose (issue 27): no operator is meant to be up, nothing pages.
+    scaled_to_zero = _alerts({"prometheusRule": {"enabled": True, "operatorJob": "x"},
+                              "operator": {"replicas": 0}})
+    assert "JobwardenOperatorDown" not in scaled_to_zero
+    assert "JobwardenJobsFailing" in scaled_to_zero
 
 
 def test_worker_pods_are_scraped_once_when_both_monitors_are_on() -> None:

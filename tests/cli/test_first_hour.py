@@ -259,7 +259,7 @@ def test_every_flag_has_help_showing_its_default() -> None:
     for sub in [parser, *_subcommands(parser)]:
         formatter = HelpFormatter(sub.prog)
         for action in sub._actions:
-            if not action.option_strings or action.dest == "help":
+            if not action.option_strings or action.dest in ("help", "version"):  # no value
                 continue
             text = formatter._get_help_string(action) or ""
             if not action.help or ("default" not in text and not action.required):

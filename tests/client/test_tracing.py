@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import jobwarden
-from jobwarden import tracing
+from jobwarden.observability import tracing
 from jobwarden.worker.worker import Worker
 from tests.support import testjobs
 from tests.support.waiting import wait_for
@@ -100,7 +100,7 @@ def test_without_opentelemetry_nothing_is_traced_or_stored(
     assert stored_context(dsn, enqueued.id) is None
     # And the package imports and builds workers with the API absent altogether.
     code = ("import sys; sys.modules['opentelemetry'] = None\n"
-            "import jobwarden, jobwarden.assembly, jobwarden.tracing as t\n"
+            "import jobwarden, jobwarden.assembly, jobwarden.observability.tracing as t\n"
             "assert not t.enabled()\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -176,7 +176,7 @@ def test_jobs_show_and_the_console_show_the_stored_trace_context(
 
     from jobwarden.console.app import build_app
     from jobwarden.console.settings import ConsoleSettings
-    with TestClient(build_app(client, ConsoleSettings())) as http:
+    with TestClient(build_app(client, ConsoleSettings()), base_url="http://127.0.0.1") as http:
         page = http.get(f"/jobs/{enqueued.id}")
     assert page.status_code == 200 and 'id="job-trace"' in page.text
     assert trace_id in page.text
@@ -194,7 +194,7 @@ _NO_PROVIDER = """
 import json, sys
 from opentelemetry import baggage, context, propagate, trace
 import jobwarden
-from jobwarden import tracing
+from jobwarden.observability import tracing
 from jobwarden.db.database import Database
 from tests.support import testjobs
 

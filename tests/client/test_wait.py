@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import jobwarden
-from jobwarden import operations
+from jobwarden.api import operations
 from jobwarden.db import plans
 from jobwarden.db.database import Database
 from jobwarden.worker.worker import Worker

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 import yaml
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from tests.cluster import pki, tools
 from tests.cluster.api import ApiError, RealKubeAPI
 from tests.cluster.controlplane import ControlPlane
@@ -243,8 +243,12 @@ Helm = tools.Helm
 @contextlib.contextmanager
 def open_cluster(plane: ControlPlane, *, namespace: str, dsn: str, client: Client,
                  workdir: Path, images: Images | None = None,
+                 observe: Callable[[str], Any] | None = None,
                  **kubelet_options: Any) -> Iterator[RealCluster]:
     """A namespace on ``plane`` with its own Node and process kubelet, helm and kubectl.
+
+    ``observe`` is what the kubelet records of a host at its pod's deletion (default:
+    the host registry through ``client``).
 
     On exit the test's processes end and its objects are left to the control plane,
     without waiting for them to go (see :func:`close_cluster`). Also used for a second
@@ -257,8 +261,9 @@ def open_cluster(plane: ControlPlane, *, namespace: str, dsn: str, client: Clien
                              node=f"node-{namespace}-{plane.api_port}", server=plane.server,
                              ca_file=plane.pki.ca_cert,
                              extra_env={"JOBWARDEN_TEST_AUDIT_DSN": dsn},
-                             observe=host_observation(client), interval=0.2,
-                             images=images, **kubelet_options).start()
+                             observe=observe or host_observation(client), interval=0.2,
+                             images=images, tls=(plane.pki.kubelet.cert, plane.pki.kubelet.key),
+                             **kubelet_options).start()
     assert plane.kubeconfig.exists()
     box = RealCluster(
         plane=plane, api=api, namespace=namespace,

@@ -55,6 +55,8 @@ class Component:
     name: str
     proc: subprocess.Popen[bytes]
     log: Path
+    #: The flags it was started with (:meth:`ControlPlane.restart` starts it again so).
+    args: tuple[str, ...] = ()
 
     def tail(self, chars: int = 4000) -> str:
         try:
@@ -112,13 +114,13 @@ class ControlPlane:
         return RealKubeAPI("127.0.0.1", self.api_port, ca=self.pki.ca_cert,
                            cert=self.pki.admin.cert, key=self.pki.admin.key)
 
-    def _spawn(self, name: str, args: list[str]) -> Component:
+    def _spawn(self, name: str, args: list[str], *, mode: str = "wb") -> Component:
         log = self.workdir / f"{name}.log"
-        with open(log, "wb") as handle:
+        with open(log, mode) as handle:
             proc = subprocess.Popen([str(self.bin_dir / name), *args], stdout=handle,
                                     stderr=subprocess.STDOUT, cwd=self.workdir,
                                     start_new_session=True)
-        component = Component(name, proc, log)
+        component = Component(name, proc, log, tuple(args))
         self.components.append(component)
         return component
 
@@ -162,6 +164,12 @@ class ControlPlane:
             f"--cert-dir={self.workdir / 'apiserver-certs'}",
             f"--tls-cert-file={keys.serving_cert}", f"--tls-private-key-file={keys.serving_key}",
             f"--client-ca-file={keys.ca_cert}",
+            # kubectl logs: the API server proxies to the node's kubelet (the process
+            # kubelet's HTTPS endpoint on 127.0.0.1), checks its certificate, shows its own.
+            f"--kubelet-certificate-authority={keys.ca_cert}",
+            f"--kubelet-client-certificate={keys.apiserver_kubelet_client.cert}",
+            f"--kubelet-client-key={keys.apiserver_kubelet_client.key}",
+            "--kubelet-preferred-address-types=InternalIP",
             "--authorization-mode=RBAC",
             "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,"
             "DefaultTolerationSeconds,PodSecurity",
@@ -211,6 +219,15 @@ class ControlPlane:
 
         self._wait(manager, controllers_ready, timeout)
         return self
+
+    def restart(self, name: str) -> Component:
+        """A component crashes (SIGKILL) and its supervisor starts it again at once, with
+        the same flags (its log goes on in the same file). Waits for nothing more."""
+        old = next(c for c in reversed(self.components) if c.name == name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(old.proc.pid, signal.SIGKILL)
+        old.proc.wait(timeout=10)
+        return self._spawn(name, list(old.args), mode="ab")
 
     def ensure_namespace(self, name: str) -> None:
         api = self.admin_api()

@@ -5,7 +5,9 @@ git, and the project then needs no new dependency for one fixture. Everything is
 made fresh per control plane (a few hundred milliseconds): a CA, the API
 server's serving certificate for 127.0.0.1/localhost, client certificates
 (``system:masters`` for the admin, the test runner and the process kubelet; the
-controller manager's own identity), and the ServiceAccount token signing key.
+controller manager's own identity; the API server's towards the kubelets), the
+kubelets' serving certificate (``kubectl logs`` is proxied to them), and the
+ServiceAccount token signing key.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ class Pki:
     sa_pub: Path
     admin: ClientCert
     controller_manager: ClientCert
+    #: The process kubelets' serving certificate (127.0.0.1), which the API server checks
+    #: (--kubelet-certificate-authority) when it proxies ``kubectl logs`` to a node.
+    kubelet: ClientCert
+    #: The API server's client certificate towards the kubelets (--kubelet-client-*).
+    apiserver_kubelet_client: ClientCert
 
 
 def _client(directory: Path, name: str, subject: str) -> ClientCert:
@@ -57,6 +64,19 @@ def _client(directory: Path, name: str, subject: str) -> ClientCert:
     ext = directory / f"{name}.ext"
     ext.write_text("keyUsage=critical,digitalSignature,keyEncipherment\n"
                    "extendedKeyUsage=clientAuth\n")
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+             "-CAcreateserial", "-days", DAYS, "-out", f"{name}.crt", "-extfile", ext.name,
+             cwd=directory)
+    return ClientCert(cert=directory / f"{name}.crt", key=directory / f"{name}.key")
+
+
+def _serving(directory: Path, name: str, subject: str, san: str) -> ClientCert:
+    _openssl("req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=directory)
+    ext = directory / f"{name}.ext"
+    ext.write_text(f"subjectAltName={san}\n"
+                   "keyUsage=critical,digitalSignature,keyEncipherment\n"
+                   "extendedKeyUsage=serverAuth\n")
     _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
              "-CAcreateserial", "-days", DAYS, "-out", f"{name}.crt", "-extfile", ext.name,
              cwd=directory)
@@ -88,7 +108,11 @@ def make(directory: Path) -> Pki:
     _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=directory)
     admin = _client(directory, "admin", "/O=system:masters/CN=jobwarden-test-admin")
     kcm = _client(directory, "controller-manager", "/CN=system:kube-controller-manager")
+    kubelet = _serving(directory, "kubelet", "/CN=process-kubelet", "IP:127.0.0.1")
+    kubelet_client = _client(directory, "apiserver-kubelet-client",
+                             "/O=system:masters/CN=kube-apiserver-kubelet-client")
     return Pki(ca_cert=directory / "ca.crt", ca_key=directory / "ca.key",
                serving_cert=directory / "serving.crt", serving_key=directory / "serving.key",
                sa_key=directory / "sa.key", sa_pub=directory / "sa.pub", admin=admin,
-               controller_manager=kcm)
+               controller_manager=kcm, kubelet=kubelet,
+               apiserver_kubelet_client=kubelet_client)

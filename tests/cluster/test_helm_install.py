@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import RealCluster, secret, worker_pool
+from tests.cluster.conftest import CHART, RealCluster, secret, worker_pool
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
 
@@ -72,3 +72,51 @@ def test_helm_install_runs_the_operator_under_its_service_account(realkube: Real
     logs = realkube.operator_logs()
     # A status code, not any "403" (a fresh clone's run failed on "port 40371").
     assert not FORBIDDEN.search(logs), logs[-3000:]
+
+
+MONITORS = ("podmonitors", "servicemonitors", "prometheusrules")
+
+
+def test_the_documented_install_with_monitors_works_without_prometheus_operator(
+        realkube: RealCluster):
+    """Issue 27: ``no matches for kind "PodMonitor"`` failed the install on a cluster
+    without prometheus-operator. The real API server serves no monitoring.coreos.com
+    here; Helm asks it (``.Capabilities``), renders none of them, and says so."""
+    values = realkube.base_values(
+        metrics={"podMonitor": {"enabled": True}, "serviceMonitor": {"enabled": True}},
+        prometheusRule={"enabled": True})
+    release = realkube.install(values=values)
+    notes = realkube.helm("get", "notes", release, "--namespace", realkube.namespace)
+    assert "Not created: PodMonitor, PrometheusRule, ServiceMonitor" in notes
+    manifest = realkube.helm("get", "manifest", release, "--namespace", realkube.namespace)
+    assert "monitoring.coreos.com" not in manifest
+
+
+def test_an_install_or_upgrade_without_a_dsn_fails_before_anything_is_created(
+        realkube: RealCluster):
+    """Issue 27: an install without database.dsn/existingSecret left the operator in
+    ContainerCreating forever; an upgrade without the install's values silently dropped
+    existingSecret. Both now fail at render time, with the way out in the message."""
+    values = realkube.base_values()
+    values["database"] = {}
+    path = realkube.values_file(values, "no-dsn.yaml")
+    failed = realkube.helm.run("install", "no-dsn", str(CHART), "--namespace",
+                               realkube.namespace, "-f", str(path), check=False)
+    assert failed.returncode != 0
+    assert "database.existingSecret (a Secret holding the DSN) or database.dsn is required" \
+        in failed.stderr
+    assert realkube.api.list("deployments", realkube.namespace) == []
+
+    realkube.api.create(secret("db", realkube.namespace, realkube.dsn))
+    installed = realkube.base_values()
+    installed["database"] = {"existingSecret": "db"}
+    release = realkube.install(values=installed, wait=False)
+    dropped = realkube.helm.run("upgrade", release, str(CHART), "--namespace",
+                                realkube.namespace, "--set", "image.pullPolicy=Always",
+                                check=False)
+    assert dropped.returncode != 0 and "--reset-then-reuse-values" in dropped.stderr
+    # The documented safe way keeps what the install was given.
+    realkube.helm("upgrade", release, str(CHART), "--namespace", realkube.namespace,
+                  "--reset-then-reuse-values", "--set", "image.pullPolicy=Always")
+    kept = realkube.helm.json("get", "values", release, "--namespace", realkube.namespace)
+    assert kept["database"]["existingSecret"] == "db"

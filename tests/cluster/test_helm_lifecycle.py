@@ -6,12 +6,15 @@ release runs workers, the documented CRD upgrade path and a values-changing
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from jobwarden.controller import pools_spec
+from jobwarden.controller.workerpools import spec as pools_spec
+from jobwarden.structs.schedules import OWNER_ABSENT
 from tests.cluster.conftest import CHART, RealCluster
 from tests.e2e.conftest import WORKER_ENV
 
@@ -49,6 +52,49 @@ def no_finalizers(realkube: RealCluster) -> list[str]:
     return found
 
 
+#: The operator's confirmation grace in these tests (chart value, as a user sets it).
+GRACE = 8
+
+
+def with_grace(values: dict[str, Any]) -> dict[str, Any]:
+    values["operator"]["extraEnv"] = [*values["operator"]["extraEnv"], {
+        "name": "JOBWARDEN_OWNER_GRACE_SECONDS", "value": str(GRACE)}]
+    return values
+
+
+def schedule_jobs(realkube: RealCluster, name: str) -> list[tuple[int, Any]]:
+    """(id, created_at) of the schedule's jobs, oldest first (database clock)."""
+    with realkube.client.db.connection() as conn:
+        return [(int(i), at) for i, at in conn.execute(
+            "SELECT id, created_at FROM jobwarden.jobs WHERE schedule_name = %s ORDER BY id",
+            (name,)).fetchall()]
+
+
+def assert_stops_firing(realkube: RealCluster, row: str) -> None:
+    """With every operator of the cluster gone, a plain worker on the same database (the
+    only runner left) suspends the schedule once its owner's confirmation has lapsed:
+    no slot of it is enqueued after the last confirmation plus the grace, and none
+    while the worker keeps running a control schedule of its own."""
+    held = realkube.wait(lambda: (r := realkube.client.schedules.get(row)) is not None
+                         and r.suspended_by == OWNER_ABSENT and r, timeout=GRACE + 60,
+                         what="the schedule suspended by a plain worker's runner")
+    assert held.suspended
+    [owner] = [o for o in realkube.client.schedules.owners()
+               if o.namespace == realkube.namespace]
+    assert not owner.fresh and owner.grace_seconds == GRACE
+    bound = owner.renewed_at + dt.timedelta(seconds=owner.grace_seconds)
+    fired = schedule_jobs(realkube, row)
+    assert fired, "the schedule ran before its resource went"
+    # The bound: nothing enqueued later than the owner's last confirmation + its grace.
+    assert max(at for _, at in fired) <= bound, (fired[-3:], bound)
+    # And nothing more while the worker keeps enqueuing a schedule of its own.
+    realkube.client.schedules.upsert("control", interval="1s",
+                                     job_class="tests.support.testjobs:Noop", source="cli")
+    realkube.wait(lambda: len(schedule_jobs(realkube, "control")) >= 4, timeout=60,
+                  what="the worker's runner enqueuing a control schedule")
+    assert schedule_jobs(realkube, row) == fired
+
+
 def test_default_pool_runs_jobs_and_upgrades(realkube: RealCluster):
     release = realkube.install(values=default_pool_values(realkube))
     realkube.wait(lambda: ready_workers(realkube, 1), timeout=150,
@@ -57,9 +103,15 @@ def test_default_pool_runs_jobs_and_upgrades(realkube: RealCluster):
     realkube.wait(lambda: realkube.client.job(job.id).status == "completed", timeout=60,
                   what="a job run by the default pool")
 
-    # The documented CRD upgrade path: helm show crds | kubectl apply --server-side.
-    crds = realkube.helm("show", "crds", str(CHART))
-    realkube.kubectl("apply", "--server-side", "-f", "-", input=crds)
+    # The documented CRD upgrade path (docs/kubernetes.md): the chart's crds/ directory,
+    # server-side. Every jobwarden.io CRD is applied -- `helm show crds | kubectl apply`
+    # exited 0 having applied only kopf's (Helm joins the files without a `---`).
+    realkube.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
+    for plural in ("workerpools", "jobschedules", "exclusivejobs"):
+        crd = realkube.kubectl.json("get", "crd", f"{plural}.jobwarden.io",
+                                    "--show-managed-fields")
+        assert ("kubectl", "Apply") in {(f["manager"], f["operation"])
+                                        for f in crd["metadata"]["managedFields"]}, plural
 
     # A values change: the pool grows, the operator is replaced (Recreate) with debug logs.
     operator_pods = {p["metadata"]["name"]
@@ -79,12 +131,23 @@ def test_default_pool_runs_jobs_and_upgrades(realkube: RealCluster):
     assert env["JOBWARDEN_LOG_LEVEL"] == "debug"
 
 
-def test_helm_uninstall_then_namespace_deletion_complete(realkube: RealCluster):
+def test_helm_uninstall_then_namespace_deletion_complete(
+        realkube: RealCluster, spawn_worker: Callable[..., subprocess.Popen[bytes]]):
     """Found by this tier (issue #13): helm deletes the operator's Role/RoleBinding and
     Deployment in the same instant as the chart's WorkerPool, so a finalizer on the pool
-    hung it in Terminating. The operator puts none on any resource now (#14)."""
-    release = realkube.install(values=default_pool_values(realkube))
+    hung it in Terminating. The operator puts none on any resource now (#14). A
+    JobSchedule left behind by the uninstall (then deleted with its namespace) stops
+    firing within the bound on a plain worker of the same database (issue 27)."""
+    release = realkube.install(values=with_grace(default_pool_values(realkube)))
     realkube.wait(lambda: ready_workers(realkube, 1), timeout=150, what="a worker")
+    realkube.kubectl.apply({
+        "apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
+        "metadata": {"name": "ping", "namespace": realkube.namespace},
+        "spec": {"interval": "1s", "job": {"class": "tests.support.testjobs:Noop"}}})
+    row = f"{realkube.namespace}/ping"
+    worker = spawn_worker("--schedule-check-seconds", "0.2", "--queues", "nothing")
+    realkube.wait(lambda: len(schedule_jobs(realkube, row)) >= 3, timeout=60,
+                  what="the schedule firing")
     assert no_finalizers(realkube) == []
 
     # Uninstall: every release object goes, the pool's pods included.
@@ -99,13 +162,19 @@ def test_helm_uninstall_then_namespace_deletion_complete(realkube: RealCluster):
     realkube.api.delete("namespaces", realkube.namespace, None)
     realkube.wait(lambda: realkube.api.get("namespaces", realkube.namespace, None) is None,
                   timeout=60, what="the namespace gone")
+    assert_stops_firing(realkube, row)
+    assert worker.poll() is None
 
 
-def test_namespace_deletion_with_live_resources_completes(realkube: RealCluster):
+def test_namespace_deletion_with_live_resources_completes(
+        realkube: RealCluster, spawn_worker: Callable[..., subprocess.Popen[bytes]]):
     """Deleting the namespace under a running release: nothing blocks the namespace
     controller. (With a finalizer it hung: the namespace's ServiceAccount, whose token
-    the operator uses, goes at once, so the operator could not remove it.)"""
-    realkube.install(values=default_pool_values(realkube))
+    the operator uses, goes at once, so the operator could not remove it.) The
+    namespace holds the operator and the app's resources together (issue 27's
+    `kubectl delete namespace jobwarden app1`): the schedule's row must stop firing
+    within the documented bound although no operator of the cluster comes back."""
+    realkube.install(values=with_grace(default_pool_values(realkube)))
     realkube.wait(lambda: ready_workers(realkube, 1), timeout=150, what="a worker")
     realkube.kubectl.apply({
         "apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
@@ -121,6 +190,11 @@ def test_namespace_deletion_with_live_resources_completes(realkube: RealCluster)
     realkube.wait(lambda: (realkube.api.get("exclusivejobs", "once", realkube.namespace) or {})
                   .get("status", {}).get("jobId"), timeout=60, what="the exclusive job's job")
     assert no_finalizers(realkube) == []
+    # A plain worker on the same database, outside the cluster: its runner fires the
+    # schedule too (leaderless), and is the only runner left once the namespace goes.
+    worker = spawn_worker("--schedule-check-seconds", "0.2", "--queues", "nothing")
+    realkube.wait(lambda: len(schedule_jobs(realkube, row)) >= 3, timeout=60,
+                  what="the schedule firing")
     realkube.api.delete("namespaces", realkube.namespace, None)
     try:
         realkube.wait(lambda: realkube.api.get("namespaces", realkube.namespace, None) is None,
@@ -132,3 +206,5 @@ def test_namespace_deletion_with_live_resources_completes(realkube: RealCluster)
             capture_output=True, text=True, check=False, timeout=60).stdout
         raise AssertionError(f"namespace not deleted; left:\n{left[-4000:]}") from None
     realkube.releases.clear()
+    assert_stops_firing(realkube, row)
+    assert worker.poll() is None

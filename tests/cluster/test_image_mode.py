@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 from psycopg import conninfo
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.structs.states import JobStatus
 from tests.cluster.conftest import open_cluster, secret, worker_pool
 from tests.cluster.controlplane import ControlPlane

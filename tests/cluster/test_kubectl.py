@@ -133,6 +133,14 @@ def test_invalid_specs_are_refused_at_apply_with_the_crd_message(realkube: RealC
             "metadata": {"name": "bad"},
             "spec": {"image": "app:1", "dsnSecretRef": {"name": "db"}, "replicas": -1}}
     assert "spec.replicas" in refused(realkube, pool)
+    # spec.resources and spec.env have a Container's schema: a typo is refused, not dropped.
+    limits = copy.deepcopy(pool)
+    limits["spec"].update(replicas=1, resources={"limts": {"memory": "1Gi"}})
+    assert 'unknown field "spec.resources.limts"' in refused(realkube, limits)
+    env = copy.deepcopy(pool)
+    env["spec"].update(replicas=1, env=[{"name": "A", "valueFrom": {
+        "secretKeyRef": {"name": "s", "kee": "k"}}}])
+    assert "spec.env[0].valueFrom.secretKeyRef.kee" in refused(realkube, env)
 
     exclusive = {"apiVersion": "jobwarden.io/v1alpha1", "kind": "ExclusiveJob",
                  "metadata": {"name": "bad"},

@@ -65,7 +65,10 @@ def test_container_terminations_are_reported_as_a_kubelet_does(realkube: RealClu
         "for i in range(0, len(block), 4096): block[i] = 1\ntime.sleep(120)")],
         resources={"limits": {"memory": "64Mi"}}))
     realkube.api.create(pod("nocommand", ns, ["no-such-command-here"]))
-    realkube.api.create(pod("crashing", ns, [PY, "-c", "raise SystemExit(2)"], restart="Always"))
+    realkube.api.create(pod("crashing", ns, [PY, "-c", (
+        "import sys\nprint('starting', flush=True)\n"
+        "sys.stderr.write('cannot import app module x\\n')\nraise SystemExit(2)")],
+        restart="Always", terminationMessagePolicy="FallbackToLogsOnError"))
     realkube.api.create(pod("overdue", ns, [PY, "-c", "import time; time.sleep(300)"],
                             pod_spec={"activeDeadlineSeconds": 2}))
 
@@ -82,6 +85,7 @@ def test_container_terminations_are_reported_as_a_kubelet_does(realkube: RealClu
     fails = realkube.wait(lambda: terminated("fails"), timeout=60, what="pod fails to end")
     assert phase(realkube, "fails") == "Failed"
     assert (fails["exitCode"], fails["reason"]) == (3, "Error")
+    assert "message" not in fails  # terminationMessagePolicy File, and no file written
 
     hog = realkube.wait(lambda: terminated("hog"), timeout=60, what="pod hog to be OOM-killed")
     assert phase(realkube, "hog") == "Failed"
@@ -93,13 +97,19 @@ def test_container_terminations_are_reported_as_a_kubelet_does(realkube: RealClu
     assert (start["exitCode"], start["reason"]) == (128, "StartError")
     assert "executable file not found" in start["message"]
 
-    def restarted() -> dict[str, Any] | None:
+    def backing_off() -> dict[str, Any] | None:
         status = container_status(realkube, "crashing")
-        return status if status.get("restartCount", 0) >= 1 else None
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        return status if status.get("restartCount", 0) >= 2 \
+            and waiting.get("reason") == "CrashLoopBackOff" else None
 
-    crashing = realkube.wait(restarted, timeout=60, what="pod crashing to restart")
+    crashing = realkube.wait(backing_off, timeout=60,
+                             what="pod crashing to restart and back off")
     assert phase(realkube, "crashing") == "Running"
-    assert crashing["lastState"]["terminated"]["exitCode"] == 2
+    last = crashing["lastState"]["terminated"]
+    assert (last["exitCode"], last["reason"]) == (2, "Error")
+    # FallbackToLogsOnError: the tail of this run's output (not the earlier runs').
+    assert last["message"] == "starting\ncannot import app module x"
 
     overdue = realkube.wait(lambda: terminated("overdue"), timeout=60,
                             what="pod overdue to pass its deadline")

@@ -22,8 +22,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from jobwarden import gauges
-from jobwarden.client import Client
+from jobwarden.api.client import Client
+from jobwarden.maintenance import gauges
 from tests.cluster.conftest import RealCluster, open_cluster, secret, worker_pool
 from tests.cluster.controlplane import ControlPlane
 
@@ -197,3 +197,45 @@ def test_two_clusters_on_one_database_share_one_schedule_and_each_loop_lease(
         for cluster in (realkube, other):
             cluster.wait(lambda c=cluster: mirrored(c), timeout=60,
                          what="the schedule's status in both clusters")
+
+
+def test_a_cluster_torn_down_leaves_the_shared_schedule_to_the_other(
+        realkube: RealCluster, second_plane: ControlPlane, client: Client, tmp_path: Path):
+    """Issue 27: runners hold the rows of a cluster whose operator stopped confirming them.
+    A schedule applied in two clusters is one row, written by one of them: when that
+    cluster's release is uninstalled, the other cluster's operator (its resource says the
+    same) resumes the row once it is held and answers for it, and the slots go on, one
+    job each."""
+    grace = {"name": "JOBWARDEN_OWNER_GRACE_SECONDS", "value": "8"}
+    with contextlib.ExitStack() as stack:
+        other = stack.enter_context(open_cluster(
+            second_plane, namespace=realkube.namespace, dsn=realkube.dsn, client=client,
+            workdir=tmp_path / "cluster-b"))
+        releases: dict[str, tuple[RealCluster, str]] = {}
+        for cluster, name in ((realkube, "a"), (other, "b")):
+            base = cluster.base_values()["operator"]
+            values = cluster.base_values(operator={
+                **base, "clusterName": name, "extraEnv": [*base["extraEnv"], grace]})
+            releases[f"kubernetes:{name}"] = (
+                cluster, cluster.install(f"jw-{name}-{uuid.uuid4().hex[:4]}", values=values))
+        schedule(realkube, "shared")
+        schedule(other, "shared")
+        row = f"{realkube.namespace}/shared"
+        writer = realkube.wait(lambda: (r := client.schedules.get(row)) is not None
+                               and r.source, timeout=60, what="the shared row")
+        survivor = next(s for s in releases if s != writer)
+        owner, release = releases[writer]
+        owner.releases.remove(release)
+        owner.helm("uninstall", release, "--namespace", owner.namespace, "--wait",
+                   "--timeout", "60s", timeout=120)
+        adopted = realkube.wait(lambda: (r := client.schedules.get(row)) is not None
+                                and r.source == survivor and not r.suspended and r,
+                                timeout=120, what=f"the row answered for by {survivor}")
+        assert adopted.spec_hash
+        before = len([j for j in client.jobs(limit=5000) if j.schedule_name == row])
+        realkube.wait(lambda: len([j for j in client.jobs(limit=5000)
+                                   if j.schedule_name == row]) >= before + 3,
+                      timeout=60, what="three more slots enqueued")
+        per_slot = collections.Counter(j.unique_key for j in client.jobs(limit=5000)
+                                       if j.schedule_name == row)
+        assert max(per_slot.values()) == 1, per_slot

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.structs.states import JobStatus
 from tests.cluster.api import ApiError
 from tests.cluster.conftest import RealCluster, open_cluster, secret, started_plane

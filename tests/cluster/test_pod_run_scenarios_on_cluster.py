@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.structs.states import JobStatus
 from tests.cluster.api import ApiError
 from tests.cluster.conftest import RealCluster, open_cluster

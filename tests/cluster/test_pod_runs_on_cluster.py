@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from jobwarden.controller import runpods
+from jobwarden.controller.podruns import pods as runpods
 from jobwarden.structs.states import JobStatus
 from tests.cluster.conftest import RealCluster, secret
 

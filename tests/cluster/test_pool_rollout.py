@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from jobwarden.controller import pools_spec
+from jobwarden.controller.workerpools import spec as pools_spec
 from jobwarden.structs.states import JobStatus
 from tests.cluster.conftest import RealCluster, secret, worker_pool
 from tests.conftest import audit_rows

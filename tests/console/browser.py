@@ -37,13 +37,21 @@ def browser_paths() -> tuple[str, str] | None:
     return (browser, driver) if browser and driver else None
 
 
-@contextlib.contextmanager
-def serve(client: jobwarden.Client, settings: ConsoleSettings) -> Iterator[str]:
-    """The console on a free loopback port, in a thread; yields its base URL."""
-    app = build_app(client, settings)
+def listening_socket() -> socket.socket:
+    """A listening TCP socket on a free loopback port."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # as uvicorn does itself
     sock.bind(("127.0.0.1", 0))
+    sock.listen(128)
+    return sock
+
+
+@contextlib.contextmanager
+def serve(client: jobwarden.Client, settings: ConsoleSettings, *,
+          sock: socket.socket | None = None) -> Iterator[str]:
+    """The console in a thread, on ``sock`` (default: a free loopback port); yields its URL."""
+    app = build_app(client, settings)
+    sock = sock or listening_socket()
     port = sock.getsockname()[1]
     server = uvicorn.Server(uvicorn.Config(app, log_config=None, access_log=False,
                                            lifespan="off"))
@@ -63,13 +71,13 @@ def serve(client: jobwarden.Client, settings: ConsoleSettings) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def chromium(profile: Path) -> Iterator[webdriver.Chrome]:
+def chromium(profile: Path, *, flags: tuple[str, ...] = ()) -> Iterator[webdriver.Chrome]:
     paths = browser_paths()
     assert paths is not None
     browser, driver = paths
     options = webdriver.ChromeOptions()
     options.binary_location = browser
-    for flag in [*CHROMIUM_FLAGS, f"--user-data-dir={profile}"]:
+    for flag in [*CHROMIUM_FLAGS, *flags, f"--user-data-dir={profile}"]:
         options.add_argument(flag)
     service = Service(executable_path=driver, log_output=os.devnull)
     chrome = webdriver.Chrome(options=options, service=service)

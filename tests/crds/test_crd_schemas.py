@@ -136,7 +136,7 @@ def test_every_condition_reason_the_controller_writes_is_a_metav1_reason() -> No
     """Reasons are literals in the controller; a space or a dash would make the API
     server refuse the whole status patch, so every literal is checked here."""
     source = " ".join(p.read_text() for p in (ROOT / "operator" / "jobwarden" / "controller")
-                      .glob("*.py"))
+                      .rglob("*.py"))
     reasons = set(re.findall(r'reason=f?"([^"]*)"', source))
     reasons |= set(re.findall(r'"reason": "([^"]*)"', source))
     assert len(reasons) > 20
@@ -314,6 +314,18 @@ BAD: list[tuple[str, str, dict[str, Any], str]] = [
     ("privileged-port", "WorkerPool", {"httpPort": 80}, "less than the minimum"),
     ("no-queues", "WorkerPool", {"queues": []}, "should be non-empty"),
     ("zero-concurrency", "WorkerPool", {"concurrency": 0}, "less than the minimum"),
+    ("typo-in-resources", "WorkerPool", {"resources": {"limts": {"memory": "1Gi"}}},
+     "Additional properties"),
+    ("resources-not-quantities", "WorkerPool", {"resources": {"limits": {"cpu": [1]}}},
+     "is not valid under any of the given schemas"),
+    ("typo-in-env", "WorkerPool", {"env": [{"name": "A", "valu": "1"}]},
+     "Additional properties"),
+    ("env-without-name", "WorkerPool", {"env": [{"value": "1"}]}, "'name' is a required"),
+    ("typo-in-env-source", "WorkerPool",
+     {"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "kee": "k"}}}]},
+     "Additional properties"),
+    ("env-value-not-string", "WorkerPool", {"env": [{"name": "A", "value": 1}]},
+     "not of type"),
 ]
 
 
@@ -402,6 +414,22 @@ def test_the_schedule_rule_never_refuses_what_the_operator_accepts(cron: str) ->
         assert not operator_accepts
 
 
+def test_a_pool_s_env_and_resources_take_what_a_container_s_take() -> None:
+    stored, errors = admit(CRDS["WorkerPool"], with_spec(
+        "WorkerPool",
+        resources={"requests": {"cpu": "250m", "memory": "512Mi"},
+                   "limits": {"cpu": 2, "memory": "1Gi", "ephemeral-storage": "2Gi"}},
+        env=[{"name": "A", "value": "1"},
+             {"name": "B", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}},
+             {"name": "C", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k",
+                                                              "optional": True}}},
+             {"name": "D", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+             {"name": "E", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory",
+                                                               "divisor": "1Mi"}}}]))
+    assert errors == []
+    assert stored["spec"]["resources"]["limits"]["memory"] == "1Gi"
+
+
 # --- spec.template: Kubernetes' PodTemplateSpec -----------------------------------------
 
 
@@ -475,10 +503,11 @@ def test_the_template_schema_is_what_the_generator_makes_from_the_kubernetes_spe
         pytest.skip(f"k8s.io/kubernetes@{crd_podtemplate.DEFAULT_VERSION} not in the Go module "
                     "cache (python scripts/crd_podtemplate.py downloads it)")
     document = json.loads(spec.read_text())
-    assert {t.key for t in crd_podtemplate.TARGETS} == {"template", "podTemplate"}
+    assert {t.key for t in crd_podtemplate.TARGETS} == {"template", "podTemplate", "env",
+                                                        "resources"}
     for target in crd_podtemplate.TARGETS:
-        schema = crd_podtemplate.template_schema(document, crd_podtemplate.DEFAULT_VERSION,
-                                                 target.description)
+        schema = crd_podtemplate.target_schema(document, crd_podtemplate.DEFAULT_VERSION,
+                                               target)
         text = target.path.read_text()
         assert crd_podtemplate.rewrite(text, schema, crd_podtemplate.DEFAULT_VERSION,
                                        key=target.key) == text

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import psycopg
@@ -50,11 +51,26 @@ def test_the_priority_range_is_the_columns(client: jobwarden.Client) -> None:
     assert client.job(low).priority == -(2**31) and client.job(high).priority == 2**31 - 1
 
 
-@pytest.mark.parametrize("name", ["", "   ", "a\x00b", "\ud800", "x" * 201])
+@pytest.mark.parametrize("name", ["", "   ", "a\x00b", "\ud800", "L" * 10240 + "\x00"])
 def test_one_lease_name_rule(client: jobwarden.Client, dsn: str, name: str) -> None:
     with pytest.raises(jobwarden.InvalidInput):
         client.lease(name, ttl=30).acquire()
     assert _rows(dsn, "leases") == 0
+
+
+def test_a_long_lease_name_is_hashed_as_documented(client: jobwarden.Client) -> None:
+    """docs/leases.md "Long names": over 200 characters, the first 135, '#', the sha256."""
+    long, sibling = "L" * 10240, "L" * 10239 + "M"
+    stored = "L" * 135 + "#" + hashlib.sha256(long.encode()).hexdigest()
+    with client.lease(long, ttl=30) as held:
+        assert held.name == stored
+        assert [(r.name, r.owner is not None) for r in client.db.leases.read(long)] == \
+            [(stored, True)]
+        with pytest.raises(jobwarden.LeaseBusy):  # the same long name: the same row
+            client.lease(long, ttl=30).acquire()
+        with client.lease(sibling, ttl=30) as other:  # another long name: another row
+            assert other.name != stored and len(other.name) == 200
+    assert not any(r.held for r in client.db.leases.read(long))
 
 
 @pytest.mark.parametrize("options,field", [

@@ -338,8 +338,7 @@ def test_a_single_enqueue_runs_prepared_and_once_more_as_plain_text_when_lost(
 
 
 def _enqueued_metric(queue: str, job_class: str) -> float:
-    from jobwarden import metrics
-
+    from jobwarden.observability import metrics
     return metrics.REGISTRY.get_sample_value(
         "jobwarden_jobs_enqueued_total", {"queue": queue, "job_class": job_class}) or 0.0
 

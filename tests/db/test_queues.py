@@ -85,12 +85,15 @@ def test_queue_figures_count_depth_backlog_age_running_and_throughput(
     assert b.completed_per_minute == 1.0
 
 
-def test_bad_queue_names_are_refused(client: jobwarden.Client) -> None:
-    with pytest.raises(ValueError, match="1 to 128"):
-        client.pause_queue("")
-    with pytest.raises(ValueError, match="1 to 128"):
+def test_bad_queue_names_are_refused_as_enqueue_refuses_them(client: jobwarden.Client) -> None:
+    for name in ["", " ", "\t", "a\x00b"]:
+        with pytest.raises(jobwarden.InvalidInput, match="queue"):
+            client.pause_queue(name)
+        with pytest.raises(jobwarden.InvalidInput, match="queue"):
+            client.enqueue(testjobs.Record, queue=name)
+    with pytest.raises(jobwarden.InvalidInput, match="at most 128"):
         client.pause_queue("x" * 129)
-    assert client.queues() == []
+    assert client.queues() == [] and client.db.queues.paused() == set()
 
 
 def test_queues_cli_pauses_lists_and_resumes(client: jobwarden.Client, dsn: str) -> None:
@@ -111,5 +114,8 @@ def test_queues_cli_pauses_lists_and_resumes(client: jobwarden.Client, dsn: str)
                                                                 "resumed": True}
     again = jw("resume", "mail")
     assert again.returncode == 1 and "was not paused" in again.stdout
-    bad = jw("pause", "")
-    assert bad.returncode == 7 and bad.stderr.count("\n") == 1 and "1 to 128" in bad.stderr
+    for blank in ["", " "]:  # a usage error, as `enqueue --queue " "` is
+        bad = jw("pause", blank)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+        assert "must not be empty or blank" in bad.stderr
+    assert client.db.queues.paused() == set()

@@ -9,9 +9,11 @@ from collections.abc import Callable
 import psycopg
 import pytest
 
-from jobwarden import errors, metrics, retention
-from jobwarden.client import Client
+from jobwarden import errors
+from jobwarden.api.client import Client
 from jobwarden.db.database import Database
+from jobwarden.maintenance import retention
+from jobwarden.observability import metrics
 from jobwarden.structs.maintenance import DAY, RetentionPolicy, RetentionRule
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
@@ -196,13 +198,13 @@ def test_a_worker_runs_retention_under_the_shared_lease_and_releases_it(
 def test_the_operator_offers_retention_under_the_lease_the_workers_share(
         db: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     from jobwarden.controller import periodic
+    from jobwarden.controller.app import build_runtime
     from jobwarden.controller.config import OperatorConfig
-    from jobwarden.controller.runtime import Runtime
 
     monkeypatch.setenv("JOBWARDEN_RETENTION_INTERVAL", "45")
-    loops, _ = periodic.loops(Runtime(db, OperatorConfig(pod_name="op-a")))
+    loops, _ = periodic.loops(build_runtime(db, OperatorConfig(pod_name="op-a")))
     [loop] = [loop for loop in loops if loop.name == "retention"]
     assert (loop.lease, loop.interval) == (retention.LEASE_NAME, 45.0)
     monkeypatch.setenv("JOBWARDEN_RETENTION", "off")
-    loops, _ = periodic.loops(Runtime(db, OperatorConfig(pod_name="op-a")))
+    loops, _ = periodic.loops(build_runtime(db, OperatorConfig(pod_name="op-a")))
     assert [loop.interval for loop in loops if loop.name == "retention"] == [0.0]

@@ -6,9 +6,9 @@ import json
 
 import psycopg
 
-from jobwarden import gauges as database_gauges
-from jobwarden import metrics
 from jobwarden.db.database import Database
+from jobwarden.maintenance import gauges as database_gauges
+from jobwarden.observability import metrics
 from jobwarden.structs.maintenance import (
     DEAD_TUPLES_MIN,
     HOT_TABLES,

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from jobwarden.client import Client
-from jobwarden.controller import pools_spec
+from jobwarden.api.client import Client
+from jobwarden.controller.workerpools import spec as pools_spec
 from tests.e2e import podrunscenarios
 from tests.e2e.kubelet import ProcessKubelet
 from tests.operator.conftest import OperatorProcess, start_operator

@@ -64,6 +64,11 @@ env from a missing Secret/ConfigMap or key;      ``Pending``, ``waiting``
                                                  kubelet's message; Event ``Failed``
 a volume's Secret/ConfigMap missing              ``Pending``, ``waiting`` ``ContainerCreating``;
                                                  Event ``FailedMount``; retried
+``terminationMessagePolicy:                      a non-zero exit's ``terminated.message`` is the
+FallbackToLogsOnError``                          tail of the container's output (its last 80
+                                                 lines or 2 KiB, whichever is smaller), as a
+                                                 kubelet fills it when the message file is
+                                                 empty (the file itself is not emulated)
 command not found / not executable               ``terminated`` ``StartError``, exit 128, then
                                                  as any exit (``Never``: phase ``Failed``)
 ``activeDeadlineSeconds`` passed                 the process is stopped (grace period), phase
@@ -107,7 +112,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from tests.e2e import clusterdns
 from tests.e2e import podruntime as rt
+from tests.e2e.kubeletserver import KubeletServer
 
 logger = logging.getLogger("tests.e2e.kubelet")
 
@@ -138,6 +145,9 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: What a kubelet keeps of a container's output as its termination message.
+TERMINATION_MESSAGE_BYTES = 2048
+TERMINATION_MESSAGE_LINES = 80
 #: Back-off of a pod that cannot start (and of container restarts): first, cap (seconds).
 BACKOFF = (1.0, 10.0)
 
@@ -225,6 +235,8 @@ class PodProcess:
     last_startup: float = 0.0
     startup_failures: int = 0
     prefix: list[str] = dataclasses.field(default_factory=list)
+    #: Host mode: the working directory (the repository, or an image's Code.source).
+    cwd: Path = REPO
     memory_limit: int | None = None
     oom: bool = False
     #: The container's last termination (``lastState.terminated`` after a restart).
@@ -242,9 +254,21 @@ class PodProcess:
     storage_text: str = ""
     #: Pod conditions besides the four a kubelet always writes (``DisruptionTarget``).
     conditions: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    #: The container's ``terminationMessagePolicy``, and where this run's output begins.
+    termination_policy: str = "File"
+    log_start: int = 0
 
     def logs(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def termination_message(self) -> str:
+        """FallbackToLogsOnError: this run's output, its last 80 lines or 2 KiB (a kubelet's
+        limits), whichever is smaller."""
+        with open(self.log, "rb") as handle:
+            handle.seek(self.log_start)
+            tail = handle.read()[-TERMINATION_MESSAGE_BYTES:]
+        lines = tail.decode(errors="replace").splitlines()[-TERMINATION_MESSAGE_LINES:]
+        return "\n".join(lines)
 
 
 @dataclasses.dataclass
@@ -269,7 +293,8 @@ class ProcessKubelet:
                  ca_file: Path | None = None, images: rt.Images | None = None,
                  labels: dict[str, str] | None = None,
                  taints: list[dict[str, str]] | None = None,
-                 heartbeat: float | None = None) -> None:
+                 heartbeat: float | None = None,
+                 tls: tuple[Path, Path] | None = None) -> None:
         self.api = api
         self.workdir = workdir
         #: None: every namespace (node mode).
@@ -289,6 +314,14 @@ class ProcessKubelet:
         #: Node mode: renew the node's Lease (kube-node-lease) and its Ready condition's
         #: ``lastHeartbeatTime`` this often, as a kubelet does; None: register only.
         self.heartbeat = heartbeat
+        #: Node mode: the serving certificate and key of the HTTPS endpoint the API server
+        #: proxies ``kubectl logs`` to (tests/e2e/kubeletserver.py); clients must show a
+        #: certificate of ``ca_file``. None: no endpoint (``kubectl logs`` fails).
+        self.tls = tls
+        self.server_endpoint: KubeletServer | None = None
+        #: Node mode: the Services table the pods resolve names with (tests/e2e/clusterdns.py).
+        self.services_table = workdir / "cluster-dns" / "services.json"
+        self._services_at = 0.0
         self._beating = threading.Event()
         self._beat_thread: threading.Thread | None = None
         self.pods: dict[str, PodProcess] = {}
@@ -303,6 +336,10 @@ class ProcessKubelet:
 
     def start(self) -> ProcessKubelet:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.node is not None and self.tls is not None and self.ca_file is not None:
+            self.server_endpoint = KubeletServer(
+                self._container_log, cert=self.tls[0], key=self.tls[1],
+                client_ca=self.ca_file).start()
         if self.node is not None:
             self._register_node()
         self._thread = threading.Thread(target=self._run, name="process-kubelet", daemon=True)
@@ -345,6 +382,9 @@ class ProcessKubelet:
         for thread in (self._beat_thread, self._thread):
             if thread is not None:
                 thread.join(timeout=30)
+        endpoint, self.server_endpoint = self.server_endpoint, None
+        if endpoint is not None:
+            endpoint.stop()
         with self._lock:
             return [p for p in self.pods.values() if p.proc.poll() is None]
 
@@ -356,6 +396,15 @@ class ProcessKubelet:
 
     def kill(self, pod: str, sig: int = signal.SIGKILL) -> None:
         os.kill(self.process(pod).proc.pid, sig)
+
+    def _container_log(self, namespace: str, pod: str, container: str
+                       ) -> tuple[Path, Callable[[], bool]] | None:
+        """The log file of a container this node runs (the HTTPS endpoint's lookup)."""
+        with self._lock:
+            found = self.pods.get(pod)
+        if found is None or found.namespace != namespace or found.container != container:
+            return None
+        return found.log, lambda: found.proc.poll() is None
 
     def deletion(self, pod: str) -> Deletion | None:
         with self._lock:
@@ -386,6 +435,8 @@ class ProcessKubelet:
             "capacity": capacity, "allocatable": capacity,
             "addresses": [{"type": "InternalIP", "address": "127.0.0.1"},
                           {"type": "Hostname", "address": self.node}],
+            **({"daemonEndpoints": {"kubeletEndpoint": {"Port": self.server_endpoint.port}}}
+               if self.server_endpoint is not None else {}),
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "process kubelet is posting ready status",
                             "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}],
@@ -491,6 +542,18 @@ class ProcessKubelet:
         for name, known in list(self.pods.items()):
             if name not in listed and not known.removed:
                 self._terminate(known, None)
+        if self.node is not None and time.monotonic() - self._services_at >= 1.0:
+            self._services_at = time.monotonic()
+            self._publish_services(list(listed.values()))
+
+    def _publish_services(self, pods: list[dict[str, Any]]) -> None:
+        """Node mode: the Services of the pods' namespaces, as the pods resolve them."""
+        namespaces = sorted({str(p["metadata"].get("namespace")) for p in pods})
+        services = [s for ns in namespaces for s in self.api.list("services", ns)]
+        with self._lock:
+            running = {name: p for name, p in self.pods.items()
+                       if not p.removed and p.proc.poll() is None}
+        clusterdns.publish(self.services_table, clusterdns.table(services, pods, running))
 
     # -- pod start -------------------------------------------------------------------------
 
@@ -611,8 +674,12 @@ class ProcessKubelet:
             env["KUBECONFIG"] = str(self._pod_kubeconfig(mounts[SA_MOUNT], namespace))
         port, ports = _ports(container, env)
         command = [*(container.get("command") or ["jobwarden"]), *(container.get("args") or [])]
+        command = [command[0], *rt.host_paths(command[1:], mounts)]
+        code = image.code
+        source = code.source if code is not None else REPO
         if command[0] == "jobwarden":
-            command = [sys.executable, "-m", "jobwarden", *command[1:]]
+            python = str(code.python) if code is not None else sys.executable
+            command = [python, "-m", "jobwarden", *command[1:]]
         full_env = {k: v for k, v in os.environ.items() if not k.startswith(SCRUBBED)}
         full_env.update(self._service_env())
         if who.uid is not None:
@@ -622,11 +689,22 @@ class ProcessKubelet:
             rt.own(home, who, mode=0o700)
             full_env["HOME"] = str(home)
         full_env.update(env)
-        full_env.update({"PYTHONPATH": str(REPO), **self.extra_env})
+        full_env.update({"PYTHONPATH": str(source), **self.extra_env})
+        if self.node is not None:
+            # What a cluster gives a container besides: Service names resolve
+            # (tests/e2e/clusterdns.py), and the image's python and jobwarden are on PATH.
+            full_env.update({"PYTHONPATH": f"{clusterdns.SHIM}{os.pathsep}{source}",
+                             clusterdns.TABLE_ENV: str(self.services_table),
+                             clusterdns.NAMESPACE_ENV: namespace,
+                             "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                                      full_env.get("PATH", os.defpath)])})
+        if code is not None and code.path:
+            full_env["PATH"] = os.pathsep.join([*map(str, code.path), full_env.get("PATH", "")])
         command = rt.resolve_command(command, full_env)
         prefix = rt.launcher(who)
         log = self.workdir / f"{name}.log"
-        proc = self._spawn([*prefix, *command], full_env, log)
+        log_start = log.stat().st_size if log.exists() else 0
+        proc = self._spawn([*prefix, *command], full_env, log, cwd=source)
         grace = float(spec.get("terminationGracePeriodSeconds", 30))
         deadline = spec.get("activeDeadlineSeconds")
         record = PodProcess(
@@ -641,8 +719,10 @@ class ProcessKubelet:
             restart_policy=spec.get("restartPolicy", "Always") if self.node else "Never",
             restarts=entry.restarts, last_terminated=entry.last_terminated,
             start_time=now_rfc3339(), container_started=now_rfc3339(), prefix=prefix,
-            memory_limit=rt.memory_limit(container) if self.node else None,
-            deadline=(time.monotonic() + float(deadline)) if deadline is not None else None)
+            cwd=source, memory_limit=rt.memory_limit(container) if self.node else None,
+            deadline=(time.monotonic() + float(deadline)) if deadline is not None else None,
+            termination_policy=str(container.get("terminationMessagePolicy") or "File"),
+            log_start=log_start)
         with self._lock:
             self.pods[name] = record
         self._watch_storage(pod, container, podroot)
@@ -692,6 +772,7 @@ class ProcessKubelet:
         prefix = rt.launcher(who, image=image, binds=binds)
         name = meta["name"]
         log = self.workdir / f"{name}.log"
+        log_start = log.stat().st_size if log.exists() else 0
         proc = self._spawn([*prefix, *command], full_env, log)
         deadline = spec.get("activeDeadlineSeconds")
         record = PodProcess(
@@ -706,15 +787,18 @@ class ProcessKubelet:
             last_terminated=entry.last_terminated, start_time=now_rfc3339(),
             container_started=now_rfc3339(), prefix=prefix,
             memory_limit=rt.memory_limit(container), root=image.root,
-            deadline=(time.monotonic() + float(deadline)) if deadline is not None else None)
+            deadline=(time.monotonic() + float(deadline)) if deadline is not None else None,
+            termination_policy=str(container.get("terminationMessagePolicy") or "File"),
+            log_start=log_start)
         with self._lock:
             self.pods[name] = record
         self._set_status(record)
 
     @staticmethod
-    def _spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    def _spawn(command: list[str], env: dict[str, str], log: Path, *, cwd: Path = REPO
+               ) -> subprocess.Popen[bytes]:
         with open(log, "ab") as handle:
-            return subprocess.Popen(command, env=env, cwd=REPO, stdout=handle,
+            return subprocess.Popen(command, env=env, cwd=cwd, stdout=handle,
                                     stderr=subprocess.STDOUT)
 
     def _pod_kubeconfig(self, token_dir: Path, namespace: str) -> Path:
@@ -868,7 +952,7 @@ class ProcessKubelet:
             ports = {str(pod.port): pod.port}
         else:
             ports = pod.ports
-        return rt.probe(probe, ports=ports, env=pod.full_env, prefix=pod.prefix, cwd=REPO,
+        return rt.probe(probe, ports=ports, env=pod.full_env, prefix=pod.prefix, cwd=pod.cwd,
                         root=pod.root)
 
     @staticmethod
@@ -885,7 +969,9 @@ class ProcessKubelet:
             if now < pod.restart_at:
                 return
             pod.restart_at = None
-            pod.proc = self._spawn([*pod.prefix, *pod.command], pod.full_env, pod.log)
+            pod.log_start = pod.log.stat().st_size if pod.log.exists() else 0
+            pod.proc = self._spawn([*pod.prefix, *pod.command], pod.full_env, pod.log,
+                                   cwd=pod.cwd)
             pod.started_at, pod.container_started = now, now_rfc3339()
             pod.liveness_failures = pod.startup_failures = 0
             pod.started = pod.startup is None
@@ -975,6 +1061,10 @@ class ProcessKubelet:
             "containerID": f"process://{pod.proc.pid}"}
         if code > 128 and not pod.oom:
             terminated["signal"] = code - 128
+        if code and pod.termination_policy == "FallbackToLogsOnError":
+            message = pod.termination_message()
+            if message:
+                terminated["message"] = message
         pod.ready, pod.last_exit = False, code
         if pod.reason is None and (pod.restart_policy == "Always"
                                    or (pod.restart_policy == "OnFailure" and code)):

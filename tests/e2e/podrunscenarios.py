@@ -22,8 +22,8 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from jobwarden.client import Client
-from jobwarden.controller import runpods
+from jobwarden.api.client import Client
+from jobwarden.controller.podruns import pods as runpods
 from jobwarden.structs.jobs import JobRecord
 from jobwarden.structs.states import JobStatus
 from tests.conftest import audit_rows

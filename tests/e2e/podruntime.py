@@ -84,15 +84,33 @@ class StartError(StartFailure):
 
 
 @dataclasses.dataclass(frozen=True)
+class Code:
+    """Host mode: the code an image stands for when it is not the repository's own -- an
+    earlier release's image (tests/cluster/test_helm_upgrade.py), or a tool's.
+
+    ``python`` runs the container's ``jobwarden`` (as ``python -m jobwarden``: the
+    release's virtualenv); ``source`` is the process's ``PYTHONPATH`` and working
+    directory (that release's tree, whose ``tests.support`` job modules it imports);
+    ``path`` is put first on ``PATH`` (a tool image's binaries, e.g. kubectl).
+    """
+
+    python: Path
+    source: Path
+    path: tuple[Path, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
 class Image:
     """What a pulled image gives a container: its ``USER`` (uid, gid); in image mode also
-    its root filesystem, ``Env`` and ``WorkingDir``."""
+    its root filesystem, ``Env`` and ``WorkingDir``; in host mode the code it holds when
+    that is not the repository's (:class:`Code`)."""
 
     ref: str
     user: tuple[int, int] = IMAGE_USER
     root: Path | None = None
     env: tuple[tuple[str, str], ...] = ()
     workdir: str = "/"
+    code: Code | None = None
 
 
 def registry_host(ref: str) -> str | None:
@@ -105,13 +123,15 @@ def registry_host(ref: str) -> str | None:
 
 class Images:
     """Resolves image references (see the module docstring); ``failures`` maps a reference
-    to the pull error message it gets."""
+    to the pull error message it gets; ``code`` (host mode) maps a reference to the code
+    it holds (:class:`Code`), every other reference being the repository's own."""
 
     def __init__(self, failures: dict[str, str] | None = None, *,
-                 root: Image | None = None) -> None:
+                 root: Image | None = None, code: dict[str, Code] | None = None) -> None:
         self.failures = dict(failures or {})
         #: Image mode: every image that resolves runs in this image's root filesystem.
         self.root = root
+        self.code = dict(code or {})
 
     def pull(self, ref: str) -> Image:
         if ref in self.failures:
@@ -124,7 +144,28 @@ class Images:
                 f"dial tcp: lookup {host}: no such host")
         if self.root is not None:
             return dataclasses.replace(self.root, ref=ref)
-        return Image(ref)
+        # By the exact reference, else by its repository (any tag of a tool's image).
+        return Image(ref, code=self.code.get(ref) or self.code.get(ref.rsplit(":", 1)[0]))
+
+
+def host_paths(args: list[str], mounts: dict[str, Path]) -> list[str]:
+    """Host mode: arguments naming a path under a volume's mount (``/crds``,
+    ``--flag=/tmp/x``) rewritten to where the volume is on the host, as the environment's
+    values are -- the process is not in a mount namespace of its own."""
+
+    def rewrite(value: str) -> str:
+        for mount_path, local in mounts.items():
+            base = mount_path.rstrip("/")
+            if value == base or value.startswith(base + "/"):
+                return str(local) + value[len(base):]
+        return value
+
+    out = []
+    for arg in args:
+        flag, eq, value = arg.partition("=")
+        out.append(f"{flag}={rewrite(value)}" if eq and flag.startswith("-")
+                   else rewrite(arg))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ import kmock
 import psycopg
 import pytest
 
-from jobwarden.controller import podrunning
+from jobwarden.controller.podruns import reconciler as podruns
 from jobwarden.structs.states import JobStatus
 from tests.conftest import audit_rows
 from tests.e2e import podrunscenarios as scenarios
@@ -87,7 +87,7 @@ def test_a_claim_an_operator_crash_left_without_a_pod_gets_it_from_the_next_oper
     crashed.proc.wait(timeout=30)
     claimed = cluster.client.job(job_id)
     assert claimed.status is JobStatus.PROCESSING and claimed.heartbeat_at is None
-    assert claimed.claimed_by == podrunning.claimant_of("default") and claimed.attempts == 1
+    assert claimed.claimed_by == podruns.claimant_of("default") and claimed.attempts == 1
     token = claim_token(cluster.dsn, job_id)
     assert not scenarios.run_pods(site, "orphan")
 
@@ -102,3 +102,32 @@ def test_a_claim_an_operator_crash_left_without_a_pod_gets_it_from_the_next_oper
     assert [r[0] for r in audit_rows(cluster.dsn, "end")].count(job_id) == 1
     events = cluster.api.events(NAMESPACE, involved="orphan")
     assert "PodRecreated" in {e["reason"] for e in events}
+
+
+def test_each_slot_is_enqueued_and_its_pod_created_at_the_slot_not_an_interval_later(
+        cluster: Cluster) -> None:
+    """The operator's schedule loop passes again when the next slot is due (not only every
+    ``JOBWARDEN_SCHEDULE_CHECK_SECONDS``), and a pass that enqueued a pod run wakes its
+    resource, whose reconcile claims it and creates the pod (not only every
+    ``JOBWARDEN_STATUS_INTERVAL``). With the check 10 s apart and the status refresh an
+    hour apart, a 3 s pod-run schedule still runs slot after slot, none missed once the
+    loop knows the schedule (before this, one slot in three at best, and no pod at all)."""
+    for operator in cluster.operators:
+        operator.stop()
+    cluster.operators.append(cluster.start(
+        cluster.api, JOBWARDEN_SCHEDULE_CHECK_SECONDS="10", JOBWARDEN_STATUS_INTERVAL="3600"))
+    site = cluster.site
+    cluster.api.create(scenarios.schedule(site, "at-the-slot", "tests.support.testjobs:Record",
+                                          interval="3s"))
+    row = f"{NAMESPACE}/at-the-slot"
+
+    def completed() -> list[int]:
+        done = [j.id for j in scenarios.jobs_of(site, row) if j.status == JobStatus.COMPLETED]
+        return done if len(done) >= 6 else []
+
+    cluster.wait(completed, timeout=120, what="six slots run in their pods")
+    record = site.client.schedules.get(row)
+    assert record is not None
+    # Missed: only the slots that passed before the loop's first pass after the
+    # schedule's creation (at most one check interval of them).
+    assert record.missed_count <= 4, (record.enqueued_count, record.missed_count)

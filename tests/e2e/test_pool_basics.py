@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobwarden.controller import pools_spec
+from jobwarden.controller.workerpools import spec as pools_spec
 from jobwarden.structs.states import JobStatus
 from tests.e2e.conftest import NAMESPACE, Cluster
 from tests.support.waiting import wait_for

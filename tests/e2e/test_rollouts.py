@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from jobwarden.controller import pools_spec
+from jobwarden.controller.workerpools import spec as pools_spec
 from jobwarden.structs.states import JobStatus
 from tests.conftest import audit_rows
 from tests.e2e.conftest import NAMESPACE, Cluster, Load

@@ -20,9 +20,10 @@ from collections.abc import Callable
 import pytest
 
 import jobwarden
-from jobwarden import gauges, metrics
 from jobwarden.db.database import Database
-from jobwarden.looping import TaskLoop
+from jobwarden.maintenance import gauges
+from jobwarden.maintenance.looping import TaskLoop
+from jobwarden.observability import metrics
 from tests.support.waiting import wait_for
 
 DEPTH = re.compile(r'^jobwarden_queue_depth\{queue="backlog",status="pending"\} (\S+)$', re.M)
@@ -128,7 +129,7 @@ def test_an_exporter_holds_the_lease_and_a_standby_exports_nothing(
 
 def test_a_worker_without_an_http_port_does_not_compete(db: Database) -> None:
     from jobwarden.assembly import build_worker
-    from jobwarden.gauge_extension import GaugeExtension
+    from jobwarden.extensions.gauges import GaugeExtension
     from jobwarden.settings import WorkerSettings
 
     silent = build_worker(db, WorkerSettings(host="silent"))

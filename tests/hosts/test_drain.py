@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 import jobwarden
-from jobwarden import metrics
+from jobwarden.observability import metrics
 from jobwarden.worker.worker import Worker
 from tests.conftest import audit_rows
 from tests.support import testjobs

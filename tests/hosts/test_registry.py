@@ -142,7 +142,8 @@ def test_a_process_write_waits_for_a_registration_of_its_process_instead_of_dead
     worker_id = uuid.uuid4()
     params: dict[str, object] = {
         "host": "twice", "pool": "default", "version": "", "cap": None,
-        "worker": worker_id, "pid": 1, "concurrency": 1, "queues": []}
+        "worker": worker_id, "pid": 1, "concurrency": 1, "queues": [], "release": "0.2.0",
+        "schema_needs": 20}
     db.hosts.register(host="twice", pool="default", code_version="", cap=None,
                       worker_id=worker_id, pid=1, concurrency=1, queues=())
     refreshed: list[object] = []

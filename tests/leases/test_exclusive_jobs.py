@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jobwarden
-from jobwarden import metrics
 from jobwarden.db.database import Database
-from jobwarden.exclusive import job_lease, lease_window
+from jobwarden.extensions.exclusive import job_lease, lease_window
+from jobwarden.observability import metrics
 from jobwarden.structs.leases import lease_name
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker

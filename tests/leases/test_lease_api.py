@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 import jobwarden
-from jobwarden import leases, metrics
+from jobwarden.coordination import leases
+from jobwarden.observability import metrics
 from tests.support.waiting import wait_for
 
 

@@ -117,7 +117,7 @@ def test_a_release_that_committed_with_its_reply_lost_is_a_release_not_a_loss(
 
     client.db.leases.release = reply_lost  # type: ignore[method-assign]
     lost: list[jobwarden.LeaseEvent] = []
-    unsubscribe = jobwarden.leases.subscribe(
+    unsubscribe = jobwarden.coordination.leases.subscribe(
         lambda e: lost.append(e) if e.event == "lease_lost" else None)
     try:
         assert lease.release() is True

@@ -1,6 +1,6 @@
 """A real Prometheus scrapes a run in which each rare event happens once.
 
-The contract (operator/jobwarden/metrics.py, "Rare events"; docs/alerts.md):
+The contract (operator/jobwarden/observability/metrics.py, "Rare events"; docs/alerts.md):
 every rare-event label set a process can know is exported at 0 before its
 first event, so Prometheus sees the first event as an increase; and the alert
 rules also catch a label set that is born at 1 (the operator reaping a job of a
@@ -20,8 +20,9 @@ import pytest
 from prometheus_client import start_http_server
 
 import jobwarden
-from jobwarden import meters, metrics, reaper
 from jobwarden.db.database import Database
+from jobwarden.maintenance import reaper
+from jobwarden.observability import meters, metrics
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
 from tests.chart.helmchart import manifests, values_of

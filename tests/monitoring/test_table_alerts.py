@@ -1,7 +1,7 @@
 """A real Prometheus fires the dead-tuple alerts on the gauge holder's table gauges (issue 16).
 
 The process holding the gauge lease exports ``jobwarden_db_*`` from the real
-server's statistics (:mod:`jobwarden.gauges`); here that is this test process,
+server's statistics (:mod:`jobwarden.maintenance.gauges`); here that is this test process,
 with a real table whose autovacuum is switched off and real dead tuples. The
 chart's rules are rendered with ``for: 0s`` and a low dead-tuple count so the
 test need not wait half an hour.
@@ -15,8 +15,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from jobwarden import gauges
 from jobwarden.db.database import Database
+from jobwarden.maintenance import gauges
 from tests.chart.helmchart import manifests, values_of
 from tests.monitoring import prometheus
 from tests.monitoring.test_alerts_fire import exporter  # noqa: F401 (a fixture)

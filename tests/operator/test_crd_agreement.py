@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
-from jobwarden.controller import exclusive_status as xst
-from jobwarden.controller import schedule_status as sst
 from jobwarden.controller import specs
-from jobwarden.controller import status as st
+from jobwarden.controller.exclusivejobs import status as xst
+from jobwarden.controller.jobschedules import status as sst
+from jobwarden.controller.kube import status as st
 from jobwarden.structs.jobs import JobRecord
 from jobwarden.structs.leases import LeaseRecord
 from jobwarden.structs.states import JobStatus
@@ -128,7 +128,7 @@ def test_the_phases_are_the_crds_enum() -> None:
 
 @pytest.mark.parametrize(("kind", "types"), [
     ("JobSchedule", {"Ready", "Conflicting", "Suspended"}),
-    ("ExclusiveJob", {"Ready", "LeaseLost"}),
+    ("ExclusiveJob", {"Ready", "Complete", "Failed", "LeaseLost"}),
 ])
 def test_the_condition_types_written_are_the_documented_ones(kind: str, types: set[str]) -> None:
     described = crd_schema(kind)["properties"]["status"]["properties"]["conditions"]["items"][

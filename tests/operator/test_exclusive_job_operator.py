@@ -6,7 +6,7 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from tests.operator.conftest import OperatorProcess
 from tests.support.kube import KubeAPI, Kubectl
 from tests.support.waiting import wait_for

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import psycopg
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.worker.worker import Worker
 from tests.conftest import audit_rows
 from tests.support.waiting import wait_for

@@ -76,3 +76,26 @@ def test_the_operator_exports_its_error_counter_at_zero_for_every_kind_from_the_
     operator: Any = start_operator(kube_api)
     for kind in ("JobSchedule", "ExclusiveJob", "WorkerPool"):
         assert operator.metric("jobwarden_operator_errors_total", kind=kind) == 0.0, kind
+
+
+def test_the_worker_and_the_operator_export_the_release_they_run(
+        kube_api: KubeAPI, start_operator: Callable[..., object],
+        spawn_worker: Callable[..., subprocess.Popen[bytes]]) -> None:
+    """``jobwarden_build_info{version}`` is 1 in each process (docs/upgrades.md)."""
+    from jobwarden.version import VERSION
+
+    port = _port()
+    spawn_worker("--host", "scraped", "--http-port", str(port))
+    operator: Any = start_operator(kube_api)
+    assert operator.metric("jobwarden_build_info", version=VERSION) == 1.0
+
+    def worker_line() -> list[str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as body:
+                text = body.read().decode()
+        except OSError:
+            return []
+        return [line for line in text.splitlines() if line.startswith("jobwarden_build_info")]
+
+    assert wait_for(worker_line, timeout=30, message="the worker's /metrics") == [
+        f'jobwarden_build_info{{version="{VERSION}"}} 1.0']

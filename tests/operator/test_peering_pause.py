@@ -6,9 +6,8 @@ import logging
 import types
 from typing import Any
 
-from jobwarden.controller.app import PeeringPause
+from jobwarden.controller.app import PeeringPause, build_runtime
 from jobwarden.controller.config import OperatorConfig
-from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
 
 
@@ -44,5 +43,5 @@ def test_kopf_s_pause_and_resume_records_flip_the_runtime_and_pass_unchanged():
 def test_a_peered_operator_starts_paused_as_kopf_does(db: Database) -> None:
     """kopf pre-activates mandatory peering and logs only the resume: a replica that starts
     behind a higher-priority peer never logs "Pausing", so it must start paused."""
-    assert Runtime(db, OperatorConfig(peering="jobwarden")).paused
-    assert not Runtime(db, OperatorConfig()).paused
+    assert build_runtime(db, OperatorConfig(peering="jobwarden")).paused
+    assert not build_runtime(db, OperatorConfig()).paused

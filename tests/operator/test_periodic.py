@@ -7,17 +7,19 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobwarden import gauges, metrics
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.controller import periodic
+from jobwarden.controller.app import build_runtime
 from jobwarden.controller.config import OperatorConfig
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
+from jobwarden.maintenance import gauges
+from jobwarden.observability import metrics
 from tests.support.waiting import wait_for
 
 
 def runtime(db: Database, pod: str) -> Runtime:
-    return Runtime(db, OperatorConfig(pod_name=pod, loop_lease_seconds=2.0))
+    return build_runtime(db, OperatorConfig(pod_name=pod, loop_lease_seconds=2.0))
 
 
 def test_a_loop_lease_has_one_holder_and_passes_on_release(db: Database) -> None:

@@ -1,10 +1,12 @@
-"""podrunning.py's pure parts: history limits, the pods in status, the claim a pod carries."""
+"""controller/podruns/reconciler.py's pure parts: history limits, the pods in status,
+the claim a pod carries."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from jobwarden.controller import podrunning, runpods
+from jobwarden.controller.podruns import pods as runpods
+from jobwarden.controller.podruns import reconciler as podruns
 
 
 def pod(name: str, phase: str, created: str, *, deleting: bool = False) -> dict[str, Any]:
@@ -26,32 +28,32 @@ PODS = [
 
 
 def test_history_limits_delete_the_oldest_finished_pods_beyond_them() -> None:
-    assert podrunning.history_victims(PODS, successful=1, failed=1) == ["a", "c", "b"]
-    assert podrunning.history_victims(PODS, successful=0, failed=None) == ["a", "c", "e"]
-    assert podrunning.history_victims(PODS, successful=None, failed=None) == []
-    assert podrunning.history_victims(PODS, successful=5, failed=5) == []
+    assert podruns.history_victims(PODS, successful=1, failed=1) == ["a", "c", "b"]
+    assert podruns.history_victims(PODS, successful=0, failed=None) == ["a", "c", "e"]
+    assert podruns.history_victims(PODS, successful=None, failed=None) == []
+    assert podruns.history_victims(PODS, successful=5, failed=5) == []
 
 
 def test_a_running_or_terminating_pod_is_never_pruned() -> None:
     pods = [*PODS, pod("old", "Succeeded", "2026-11-29T00:00:00Z", deleting=True)]
-    victims = podrunning.history_victims(pods, successful=0, failed=0)
+    victims = podruns.history_victims(pods, successful=0, failed=0)
     assert "f" not in victims and "g" not in victims and "old" not in victims
 
 
 def test_status_names_the_active_pods_and_the_newest_one() -> None:
-    assert podrunning.pods_status(PODS) == {"activePods": ["f", "g"], "lastPod": "g"}
-    assert podrunning.pods_status([]) == {"activePods": [], "lastPod": None}
+    assert podruns.pods_status(PODS) == {"activePods": ["f", "g"], "lastPod": "g"}
+    assert podruns.pods_status([]) == {"activePods": [], "lastPod": None}
     many = [pod(f"p{i:02d}", "Running", f"2026-11-30T00:{i:02d}:00Z") for i in range(15)]
-    shown = podrunning.pods_status(many)["activePods"]
-    assert len(shown) == podrunning.ACTIVE_SHOWN and shown[-1] == "p14"
+    shown = podruns.pods_status(many)["activePods"]
+    assert len(shown) == podruns.ACTIVE_SHOWN and shown[-1] == "p14"
 
 
 def test_only_changed_pod_fields_are_patched() -> None:
     previous = {"activePods": ["f"], "lastPod": "f", "phase": "Running"}
-    assert podrunning.status_delta(previous, {"activePods": ["f"], "lastPod": "f"}) == {}
-    assert podrunning.status_delta(previous, {"activePods": [], "lastPod": "f"}) == \
+    assert podruns.status_delta(previous, {"activePods": ["f"], "lastPod": "f"}) == {}
+    assert podruns.status_delta(previous, {"activePods": [], "lastPod": "f"}) == \
         {"activePods": []}
-    assert podrunning.status_delta({}, {}) == {}
+    assert podruns.status_delta({}, {}) == {}
 
 
 def test_the_claim_and_the_owner_are_read_back_from_the_pod() -> None:
@@ -62,10 +64,10 @@ def test_the_claim_and_the_owner_are_read_back_from_the_pod() -> None:
     owner = runpods.Owner(kind="ExclusiveJob", namespace="n", name="m", uid="u-1")
     manifest = runpods.pod_manifest(spec, owner=owner, run=runpods.Run(
         job_id=7, attempt=2, claim_token="tok"), claimed_at=12.5)
-    assert podrunning.claim_token_of(manifest) == "tok"
-    assert podrunning.claimed_at(manifest) == 12.5
-    assert podrunning.owner_of(manifest) == owner
-    assert podrunning.owner_of({"metadata": {"ownerReferences": [{"kind": "WorkerPool"}]}}) \
+    assert podruns.claim_token_of(manifest) == "tok"
+    assert podruns.claimed_at(manifest) == 12.5
+    assert podruns.owner_of(manifest) == owner
+    assert podruns.owner_of({"metadata": {"ownerReferences": [{"kind": "WorkerPool"}]}}) \
         is None
 
 
@@ -89,10 +91,10 @@ def test_only_this_clusters_unstarted_claims_within_their_deadline_get_a_new_pod
     now = dt.datetime(2026, 11, 30, 7, 0, tzinfo=dt.UTC).timestamp()
     rows = [_row(1), _row(2, claimed_by="pod-runs:west"), _row(3, started=True),
             _row(4, cancel=True), _row(5, age=61.0), _row(6), _row(7), _row(8, attempt=2)]
-    found = podrunning.orphaned_claims(rows, have={(6, 1), (8, 1)}, claimant="pod-runs:east",
+    found = podruns.orphaned_claims(rows, have={(6, 1), (8, 1)}, claimant="pod-runs:east",
                                        now=now, deadline=60.0, skip={7})
     # 2: another cluster's; 3: run-job started; 4: cancelled; 5: past its start deadline;
     # 6: its pod exists; 7: claimed in this pass; 8: the pod of an earlier attempt only.
     assert [r.job_id for r in found] == [1, 8]
-    run = podrunning.run_of_row(found[0])
+    run = podruns.run_of_row(found[0])
     assert (run.job_id, run.attempt, run.claim_token, run.lease_token) == (1, 1, "t1", 41)

@@ -14,8 +14,9 @@ from typing import Any
 import kmock
 import psycopg
 
-from jobwarden.client import Client
-from jobwarden.controller import podrunning, runpods
+from jobwarden.api.client import Client
+from jobwarden.controller.podruns import pods as runpods
+from jobwarden.controller.podruns import reconciler as podruns
 from jobwarden.structs.states import JobStatus
 from tests.operator.conftest import OperatorProcess
 from tests.support.kube import KubeAPI, Kubectl
@@ -87,7 +88,7 @@ def test_one_pod_per_slot_across_two_operators_and_a_pod_that_never_starts_is_re
     slots = [jobs[j].unique_key for j in by_job if j in jobs]
     assert len(set(slots)) == len(slots)
     claimed = [client.job(j) for j in by_job]
-    assert all(j.claimed_by == podrunning.claimant_of("default") for j in claimed
+    assert all(j.claimed_by == podruns.claimant_of("default") for j in claimed
                if j.status is JobStatus.PROCESSING)
     obj = kube_api.wait_for("js", "export", timeout=20,
                             condition=lambda o: len(o.get("status", {}).get("activePods", []))
@@ -140,7 +141,7 @@ def test_an_exclusive_job_in_a_pod_defers_while_its_key_is_held_without_a_pod(
     running = client.job(job.id)
     assert running.status is JobStatus.PROCESSING and running.attempts == 1
     assert running.lease_token == int(env["JOBWARDEN_LEASE_TOKEN"])
-    assert running.claimed_by == podrunning.claimant_of("default")
+    assert running.claimed_by == podruns.claimant_of("default")
 
 
 def _slot(unique_key: str | None) -> Any:

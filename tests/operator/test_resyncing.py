@@ -1,4 +1,5 @@
-"""The resync loop: a pass per due object, status sent only on a change, 404 = deletion."""
+"""The resync loop: a pass per due object, status sent only on a change, 404 = deletion;
+with a fingerprinter, no pass (and no query of its own) for an object whose digest held."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from typing import Any
 import kopf
 
 from jobwarden.controller import resyncing
-from jobwarden.controller.kinds import Kind
+from jobwarden.controller.config import OperatorConfig
+from jobwarden.controller.kube.kinds import Kind, Mark
 
 
 class FakeObjects:
@@ -22,6 +24,10 @@ class FakeObjects:
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls.append(("get", name))
         return self.existing.get(name)
+
+    def list(self, namespaces: Any = (), *, page: int = 500) -> list[dict[str, Any]]:
+        self.calls.append(("list", ""))
+        return list(self.existing.values())
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]
                      ) -> dict[str, Any] | None:
@@ -68,7 +74,7 @@ def resync_of(reconciler: Reconciler, deleter: Deleter, objects: FakeObjects
                 reconciler=reconciler, deleter=deleter, interval=0.0)
     runtime: Any = types.SimpleNamespace(
         kinds=[kind], kube=None, kopf_context=None, indexed=threading.Event(), paused=False,
-        failed=lambda kind: None)
+        failed=lambda kind: None, config=OperatorConfig())
     loop = resyncing.Resync(runtime)
     loop.objects[kind.name] = objects  # type: ignore[assignment]
     return loop, kind
@@ -102,8 +108,9 @@ def test_verification_drops_a_phantom_and_keeps_a_live_object_with_its_fresh_bod
     loop, kind = resync_of(reconciler, deleter, objects)
     kind.cache.put(obj("live", version=3))
     kind.cache.put(obj("phantom"))
-    loop.verify(kind, "uid-live")
-    loop.verify(kind, "uid-phantom")
+    loop.verify(kind)
+    # One LIST for the kind; a GET only for what the cache holds and the listing lacks.
+    assert objects.calls == [("list", ""), ("get", "phantom")]
     assert deleter.deleted == ["phantom"]
     assert kind.cache.get("uid-live")["metadata"]["resourceVersion"] == "7"
     assert kind.cache.get("uid-phantom") is None
@@ -121,3 +128,141 @@ def test_a_nudge_wakes_the_loop_for_that_object_only():
     kind.nudge("uid-b")
     loop.run_once()
     assert reconciler.passes == ["nudge"]
+
+
+class Sweeper:
+    """A JobSchedule-like sweeper whose sweeps fail while ``failing``."""
+
+    def __init__(self) -> None:
+        self.failing = True
+        self.sweeps = 0
+        self.confirmations = 0
+
+    def sweep(self, *, present: set[tuple[str, str]], exists: Any) -> int:
+        self.sweeps += 1
+        if self.failing:
+            raise RuntimeError("API server unreachable")
+        return 0
+
+    def confirm(self) -> None:
+        self.confirmations += 1
+
+
+def test_the_owner_is_confirmed_only_after_a_sweep_succeeded():
+    """A returning operator deletes what went while it was away before it lets runners
+    fire its rows again; then it confirms every renewal period, and stops once its
+    sweeps have failed for longer than the grace (docs/schedules.md)."""
+    sweeper = Sweeper()
+    loop, kind = resync_of(Reconciler({}), Deleter(), FakeObjects({}))
+    kind.sweeper = sweeper
+    config = OperatorConfig(owner_grace_seconds=10)
+    loop.runtime.config = config
+    loop.run_once()
+    assert (sweeper.sweeps, sweeper.confirmations) == (1, 0)
+    sweeper.failing = False
+    loop._swept_at = None  # the next sweep is due
+    loop.run_once()
+    assert (sweeper.sweeps, sweeper.confirmations) == (2, 1)
+    loop.run_once()  # within the renewal period: nothing sent
+    assert sweeper.confirmations == 1
+    loop._confirmed_at = -1e9
+    loop.confirm(now=0.0)
+    assert sweeper.confirmations == 2
+    # Sweeps failing for longer than the grace: no more confirmations.
+    loop._failing_since = 0.0
+    loop._confirmed_at = -1e9
+    loop.confirm(now=config.owner_grace_seconds + 1.0)
+    assert sweeper.confirmations == 2
+    loop.confirm(now=config.owner_grace_seconds - 1.0)
+    assert sweeper.confirmations == 3
+
+
+class Digests:
+    """A fingerprinter over a dict the test changes: one 'query' per call, counted."""
+
+    settle_seconds = 0.0
+
+    def __init__(self, digests: dict[str, Any]) -> None:
+        self.digests = digests
+        self.queries: list[int] = []
+
+    def fingerprints(self, bodies: Any) -> dict[str, Any]:
+        self.queries.append(len(bodies))
+        return {b["metadata"]["uid"]: self.digests.get(b["metadata"]["name"]) for b in bodies}
+
+
+def fingerprinted(count: int) -> tuple[resyncing.Resync, Kind, Reconciler, Digests, FakeObjects]:
+    """``count`` objects due at every pass, each handled once by kopf (its digest marked)."""
+    names = [f"o{i}" for i in range(count)]
+    objects = FakeObjects({n: obj(n) for n in names})
+    reconciler = Reconciler({})
+    loop, kind = resync_of(reconciler, Deleter(), objects)
+    digests = Digests({n: "d1" for n in names})
+    kind.fingerprinter = digests
+    for name in names:
+        kind.cache.put(obj(name))
+        kind.marks[f"uid-{name}"] = Mark(digest="d1")
+    loop._listed_at[kind.name] = float("inf")  # no verification LIST in these passes
+    loop._swept_at = float("inf")
+    return loop, kind, reconciler, digests, objects
+
+
+def test_idle_objects_cost_one_digest_query_per_pass_and_no_pass_or_api_call():
+    loop, _, reconciler, digests, objects = fingerprinted(50)
+    for _ in range(5):
+        loop.run_once()
+    assert reconciler.passes == []
+    assert objects.calls == []
+    assert digests.queries == [50] * 5  # all due objects in one query, each pass
+    assert loop.skipped == 250
+
+
+def test_a_changed_digest_passes_that_object_once_and_a_none_digest_every_time():
+    loop, _, reconciler, digests, _ = fingerprinted(20)
+    digests.digests["o3"] = "d2"  # its row changed
+    digests.digests["o7"] = None  # time-driven work (a pod template, active jobs)
+    loop.run_once()
+    assert sorted(reconciler.passes) == ["resync", "resync"]
+    loop.run_once()  # o3's new digest is recorded; o7 is passed again
+    loop.run_once()
+    assert len(reconciler.passes) == 4
+
+
+def test_a_changed_object_keeps_being_passed_for_the_settle_time():
+    loop, kind, reconciler, digests, _ = fingerprinted(3)
+    digests.settle_seconds = 3600.0
+    digests.digests["o0"] = "d2"  # last passed by kopf's handler, which created its row
+    kind.marks["uid-o1"] = Mark(digest="d1", by_resync=True)
+    digests.digests["o1"] = "d2"  # last passed by the loop: changed by someone else
+    for _ in range(3):
+        loop.run_once()
+    # o0 once (its own create is no change to settle after); o1 at every due pass, so
+    # that Events aggregated meanwhile are posted.
+    assert reconciler.passes == ["resync"] * 4
+    kind.marks["uid-o1"].hot_until = 0.0
+    loop.run_once()
+    assert reconciler.passes == ["resync"] * 4
+
+
+def test_an_object_kopf_has_not_handled_yet_is_left_to_kopf_for_the_grace():
+    loop, kind, reconciler, _, _ = fingerprinted(1)
+    kind.marks.clear()  # kopf's create/resume handler has not run for it yet
+    loop.run_once()
+    loop.run_once()
+    assert reconciler.passes == []
+    kind.marks["uid-o0"].since -= resyncing.UNSEEN_GRACE_SECONDS  # kopf never got to it
+    loop.run_once()
+    assert reconciler.passes == ["resync"]
+    loop.run_once()  # its digest is recorded now
+    assert reconciler.passes == ["resync"]
+
+
+def test_digests_that_cannot_be_read_pass_nothing_and_keep_the_loop():
+    loop, _, reconciler, digests, _ = fingerprinted(5)
+
+    def down(bodies: Any) -> dict[str, Any]:
+        raise RuntimeError("database unavailable")
+
+    digests.fingerprints = down  # type: ignore[method-assign]
+    loop.run_once()
+    assert reconciler.passes == []

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from jobwarden.controller import pools_spec, runpods, specs
+from jobwarden.controller import specs
+from jobwarden.controller.podruns import pods as runpods
+from jobwarden.controller.workerpools import spec as pools_spec
 
 OWNER = runpods.Owner(kind="JobSchedule", namespace="team-a", name="nightly-export",
                       uid="0b7f6a52-5e2c-4a53-9d3a-2f1e0c3b8d11")
@@ -144,13 +146,40 @@ def test_the_pod_is_owned_by_the_resource_and_labelled_by_run() -> None:
     assert meta["labels"] == {
         "team": "billing", "app.kubernetes.io/part-of": "jobwarden",
         "app.kubernetes.io/component": "job-run", "app.kubernetes.io/name": "jobwarden",
+        "app.kubernetes.io/instance": "nightly-export",
         runpods.POD_RUN_LABEL: OWNER.uid, runpods.JOB_ID_LABEL: "42",
-        runpods.ATTEMPT_LABEL: "1", runpods.KIND_LABEL: "JobSchedule"}
+        runpods.ATTEMPT_LABEL: "1", runpods.KIND_LABEL: "JobSchedule",
+        runpods.OWNER_LABEL: "nightly-export"}
     assert meta["annotations"][runpods.POD_RUN_ANNOTATION] == \
         "JobSchedule/team-a/nightly-export"
     assert float(meta["annotations"][runpods.CLAIMED_AT_ANNOTATION]) == 1764475200.5
     assert runpods.run_of(pod) == (42, 1)
     assert runpods.run_of({"metadata": {"labels": {}}}) is None
+
+
+def test_the_template_s_own_labels_are_kept_and_the_operator_s_win_only_where_it_must(
+        ) -> None:
+    template = {"metadata": {"labels": {
+        "app.kubernetes.io/name": "billing-export", "app.kubernetes.io/instance": "prod",
+        "app.kubernetes.io/component": "mine", runpods.JOB_ID_LABEL: "7"}},
+        "spec": {"containers": [{"name": "job", "image": "billing/jobs:7"}]}}
+    labels = manifest(pod_run(podTemplate=template))["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "billing-export"
+    assert labels["app.kubernetes.io/instance"] == "prod"
+    # What the operator finds its pods by cannot be overridden.
+    assert labels["app.kubernetes.io/component"] == "job-run"
+    assert labels[runpods.JOB_ID_LABEL] == "42"
+    assert labels[runpods.OWNER_LABEL] == "nightly-export"
+
+
+def test_a_long_owner_name_is_a_valid_label_value() -> None:
+    owner = runpods.Owner(kind="ExclusiveJob", namespace="n", name="x" * 200, uid="u")
+    pod = runpods.pod_manifest(pod_run(), owner=owner, run=run(), claimed_at=0.0)
+    value = pod["metadata"]["labels"][runpods.OWNER_LABEL]
+    assert len(value) <= 63 and DNS_LABEL.match(value), value
+    other = runpods.Owner(kind="ExclusiveJob", namespace="n", name="x" * 199 + "y", uid="v")
+    assert runpods.pod_manifest(pod_run(), owner=other, run=run(), claimed_at=0.0)[
+        "metadata"]["labels"][runpods.OWNER_LABEL] != value
 
 
 def test_the_pod_never_restarts_and_hands_in_the_claim() -> None:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from jobwarden.controller import exclusive_status as xst
-from jobwarden.controller import schedule_status as sst
-from jobwarden.controller import status as st
+from jobwarden.controller.exclusivejobs import status as xst
+from jobwarden.controller.jobschedules import status as sst
+from jobwarden.controller.kube import status as st
 from jobwarden.structs.jobs import JobRecord
 from jobwarden.structs.leases import LeaseRecord
 from jobwarden.structs.states import JobStatus
@@ -236,7 +236,56 @@ def test_exclusive_conditions() -> None:
     assert xst.exclusive_conditions(error="spec.job.class: bad", job=None, lease_name=None)[0] \
         .reason == "InvalidSpec"
     ready = xst.exclusive_conditions(error=None, job=job(lease_lost=True), lease_name="key:k")
-    assert [(c.type, c.status) for c in ready] == [("Ready", "True"), ("LeaseLost", "True")]
+    assert [(c.type, c.status, c.reason) for c in ready] == [
+        ("Ready", "True", "Enqueued"), ("Complete", "False", "Enqueued"),
+        ("Failed", "False", "Enqueued"), ("LeaseLost", "True", "LeaseTakenOver")]
+
+
+def _conditions_of(record: JobRecord) -> dict[str, tuple[str, str]]:
+    return {c.type: (c.status, c.reason)
+            for c in xst.exclusive_conditions(error=None, job=record, lease_name="key:k")}
+
+
+@pytest.mark.parametrize(("changes", "ready", "complete", "failed"), [
+    ({"status": JobStatus.PROCESSING}, ("True", "Running"), ("False", "Running"),
+     ("False", "Running")),
+    ({"deferrals": 2}, ("True", "Deferred"), ("False", "Deferred"), ("False", "Deferred")),
+    ({"status": JobStatus.COMPLETED}, ("True", "Succeeded"), ("True", "Succeeded"),
+     ("False", "Succeeded")),
+    ({"status": JobStatus.FAILED}, ("False", "Failed"), ("False", "Failed"),
+     ("True", "JobFailed")),
+    ({"status": JobStatus.INTERRUPTED}, ("False", "Failed"), ("False", "Failed"),
+     ("True", "Interrupted")),
+    # onBusy: skip is normal operation: no page (Ready), yet `wait --for=condition=Failed`
+    # returns (the job did not run to success).
+    ({"status": JobStatus.CANCELLED}, ("True", "Skipped"), ("False", "Skipped"),
+     ("True", "Skipped")),
+], ids=["running", "deferred", "succeeded", "failed", "interrupted", "skipped"])
+def test_complete_and_failed_are_a_job_s_terminal_conditions(
+        changes: dict[str, Any], ready: tuple[str, str], complete: tuple[str, str],
+        failed: tuple[str, str]) -> None:
+    found = _conditions_of(job(**changes))
+    assert (found["Ready"], found["Complete"], found["Failed"]) == (ready, complete, failed)
+
+
+def test_a_failed_job_s_conditions_carry_its_last_error() -> None:
+    record = job(status=JobStatus.FAILED, attempts=4, last_error="ValueError: bad input\n")
+    (ready,) = [c for c in xst.exclusive_conditions(error=None, job=record, lease_name="k")
+                if c.type == "Failed"]
+    assert ready.message == "job 42 failed after 4 attempt(s): ValueError: bad input"
+
+
+def test_a_resource_expires_ttl_seconds_after_its_job_finished() -> None:
+    finished = {"phase": "Succeeded", "finishedAt": "2026-06-01T02:30:00Z"}
+    assert not xst.expired(finished, None, T1)
+    assert not xst.expired(finished, 301, T1)
+    assert xst.expired(finished, 300, T1)
+    assert xst.expired(finished, 0, T0)
+    assert not xst.expired({"phase": "Running", "finishedAt": "2026-06-01T02:30:00Z"}, 0, T1)
+    # A skipped job has no finish time of its own: since Failed became True.
+    skipped = {"phase": "Skipped", "conditions": [
+        {"type": "Failed", "status": "True", "lastTransitionTime": "2026-06-01T02:34:00Z"}]}
+    assert not xst.expired(skipped, 61, T1) and xst.expired(skipped, 60, T1)
 
 
 @pytest.mark.parametrize(("before", "after", "expected"), [

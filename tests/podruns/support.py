@@ -7,8 +7,8 @@ import uuid
 from typing import Any
 
 import jobwarden
-from jobwarden import metrics
 from jobwarden.db.database import Database
+from jobwarden.observability import metrics
 from tests.support import testjobs
 
 POD = "ExclusiveJob/team-a/migrate-42"

@@ -9,8 +9,9 @@ import uuid
 import pytest
 
 import jobwarden
-from jobwarden import errors, podruns, reaper
+from jobwarden import errors, podruns
 from jobwarden.db.database import Database
+from jobwarden.maintenance import reaper
 from jobwarden.structs.states import JobStatus
 from tests.podruns.support import CLAIMANT, POD, counter, enqueue_pod_run, hold_lease, row
 from tests.support import testjobs

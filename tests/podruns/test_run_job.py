@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 import jobwarden
-from jobwarden import podruns, reaper
+from jobwarden import podruns
 from jobwarden.cli import EXIT_SCHEMA_MISSING
 from jobwarden.db.database import Database
+from jobwarden.maintenance import reaper
 from jobwarden.podruns import runjob
 from jobwarden.structs.states import JobStatus
 from tests.conftest import audit_rows
@@ -334,3 +335,33 @@ def test_a_bad_failure_hook_is_refused_before_the_claim_is_touched(
     assert code == 9 and "failure hook" in err, err
     assert row(db, job_id, "heartbeat_at", "claimed_by") == (None, CLAIMANT)
     assert audit_rows(dsn) == []
+
+
+#: What a pod run's process must not load: the operator (kopf and the Kubernetes client),
+#: the console, the client API, the schedule runner, the tick engine, a pool worker's
+#: extensions (host registry, retention, gauges) and every other command of the CLI.
+NOT_IN_A_POD_RUN = ("kopf", "kubernetes", "aiohttp", "jobwarden.controller",
+                    "jobwarden.console", "jobwarden.api", "jobwarden.schedules",
+                    "jobwarden.tick", "jobwarden.extensions.hosts",
+                    "jobwarden.extensions.retention", "jobwarden.extensions.gauges",
+                    "jobwarden.maintenance.retention")
+RUN_JOB_CLI = {"jobwarden.cli", "jobwarden.cli.arguments", "jobwarden.cli.common",
+               "jobwarden.cli.podruns", "jobwarden.cli.worker"}
+
+
+def test_run_job_loads_no_operator_console_client_or_other_command(
+        client: jobwarden.Client, db: Database, run_job: Spawn, dsn: str) -> None:
+    """run-job is on the path from a slot to the job's code (docs/benchmarks.md, "Pod per
+    run against a native CronJob"): its process loads the worker's machinery and the
+    database driver, nothing the run does not use."""
+    enqueue_pod_run(client, job=testjobs.LoadedModules)
+
+    code, err = _finish(run_job(_claim(db)))
+
+    assert code == runjob.EXIT_COMPLETED, err
+    [(_, _, _, _, detail)] = audit_rows(dsn, "modules")
+    loaded = set(detail.split())
+    assert "jobwarden.podruns.runjob" in loaded and "psycopg" in loaded  # it did run
+    assert sorted(m for m in loaded if m in NOT_IN_A_POD_RUN
+                  or m.startswith(tuple(f"{p}." for p in NOT_IN_A_POD_RUN))) == []
+    assert sorted(m for m in loaded if m.startswith("jobwarden.cli")) == sorted(RUN_JOB_CLI)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from jobwarden.controller import pools, pools_spec, rollout
+from jobwarden.controller.workerpools import reconciler as pools
+from jobwarden.controller.workerpools import rollout
+from jobwarden.controller.workerpools import spec as pools_spec
 from tests.operator.test_crd_agreement import crd_schema, has_path, leaf_paths
 
 
@@ -10,8 +12,10 @@ def test_every_spec_field_the_reconciler_reads_is_in_the_crd_and_every_crd_field
     spec = crd_schema("WorkerPool")["properties"]["spec"]
     for field in pools_spec.POOL_FIELDS:
         assert has_path(spec, field), f"spec.{field} is not in the WorkerPool CRD"
-    # spec.template is Kubernetes' PodTemplateSpec (generated), passed through whole.
-    assert {p for p in leaf_paths(spec) if not p.startswith("template.")} <= \
+    # spec.template, spec.resources and spec.env are Kubernetes' own schemas (generated),
+    # passed through whole to the worker container.
+    assert {p for p in leaf_paths(spec)
+            if not p.startswith(("template.", "resources.", "env."))} <= \
         set(pools_spec.POOL_FIELDS)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jobwarden.controller import pools_spec
+from jobwarden.controller.workerpools import spec as pools_spec
 
 MINIMAL: dict[str, Any] = {"image": "example/app:1", "dsnSecretRef": {"name": "db"}}
 #: Volume types the restricted level allows.

@@ -6,8 +6,9 @@ from typing import Any
 
 import pytest
 
-from jobwarden.controller import pools, pools_spec
 from jobwarden.controller.specs import SpecError
+from jobwarden.controller.workerpools import reconciler as pools
+from jobwarden.controller.workerpools import spec as pools_spec
 
 BASE: dict[str, Any] = {"image": "example/app:1.4.2", "replicas": 2, "queues": ["a", "b"],
                         "concurrency": 5, "hostCap": 3, "apps": ["tests.support.testjobs"],
@@ -51,6 +52,32 @@ def test_the_pod_carries_the_worker_contract():
     assert pod["metadata"]["ownerReferences"][0]["controller"] is True
 
 
+def test_the_template_s_own_labels_are_kept_beside_the_operator_s():
+    template = {"metadata": {"labels": {"app.kubernetes.io/name": "billing-worker",
+                                        "team": "billing",
+                                        "app.kubernetes.io/component": "mine",
+                                        pools_spec.POOL_LABEL: "other"}}}
+    spec = pools_spec.parse_pool("billing", {**BASE, "template": template})
+    labels = pools_spec.pod_manifest(spec, name="b-1", namespace="ns",
+                                     owner_uid="u1")["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "billing-worker"
+    assert labels["team"] == "billing"
+    assert labels["app.kubernetes.io/instance"] == "billing"
+    # The chart's PodMonitor, Service and budgets select on these: the operator's win.
+    assert labels["app.kubernetes.io/component"] == "worker"
+    assert labels["app.kubernetes.io/part-of"] == "jobwarden"
+    assert labels[pools_spec.POOL_LABEL] == "billing"
+    plain = pools_spec.pod_manifest(pools_spec.parse_pool("billing", BASE), name="b-2",
+                                    namespace="ns", owner_uid="u1")["metadata"]["labels"]
+    assert plain["app.kubernetes.io/name"] == "jobwarden"
+    assert plain["app.kubernetes.io/instance"] == "billing"
+    instance = {"metadata": {"labels": {"app.kubernetes.io/instance": "billing-eu"}}}
+    assert pools_spec.pod_manifest(
+        pools_spec.parse_pool("billing", {**BASE, "template": instance}), name="b-3",
+        namespace="ns", owner_uid="u1")["metadata"]["labels"][
+        "app.kubernetes.io/instance"] == "billing-eu"
+
+
 def test_a_template_change_is_a_new_version_and_scaling_is_not():
     base = pools_spec.parse_pool("p", BASE)
     assert pools_spec.parse_pool("p", {**BASE, "replicas": 9}).template_hash == base.template_hash
@@ -88,6 +115,22 @@ def test_a_full_template_keeps_its_own_fields_and_gets_the_operator_s():
     ({**BASE, "env": [{"name": "JOBWARDEN_POOL", "value": "other"}]}, "env"),
 ])
 def test_refused_specs_name_the_field(spec: dict[str, Any], field: str):
+    with pytest.raises(SpecError) as caught:
+        pools_spec.parse_pool("p", spec)
+    assert caught.value.field == field
+
+
+@pytest.mark.parametrize("spec, field", [
+    # The spec's own fields are checked before the template, the template before its
+    # worker container's image, the image before the environment.
+    ({**BASE, "replicas": -1, "template": "not an object"}, "replicas"),
+    ({**BASE, "image": None, "template": "not an object"}, "template"),
+    ({**BASE, "image": None, "env": [{"name": "JOBWARDEN_POOL", "value": "x"}]}, "image"),
+    ({**BASE, "template": {"spec": {"containers": "worker"}}, "isolation": "fiber"},
+     "isolation"),
+])
+def test_a_spec_with_several_faults_names_the_first_in_reading_order(
+        spec: dict[str, Any], field: str) -> None:
     with pytest.raises(SpecError) as caught:
         pools_spec.parse_pool("p", spec)
     assert caught.value.field == field

@@ -9,8 +9,10 @@ from typing import Any
 import kopf
 import pytest
 
-from jobwarden.controller import events, pools, pools_spec
+from jobwarden.controller.kube import events
 from jobwarden.controller.specs import SpecError
+from jobwarden.controller.workerpools import reconciler as pools
+from jobwarden.controller.workerpools import spec as pools_spec
 from jobwarden.structs.hosts import HostStatus
 
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -49,7 +51,8 @@ class FakePods:
             raise PermissionError("secrets is forbidden")
         return found  # type: ignore[no-any-return]
 
-    def list(self, namespace: str, pool: str, owner_uid: str) -> list[dict[str, Any]]:
+    def list(self, namespace: str, *, selector: str,
+             owner_uid: str | None = None) -> list[dict[str, Any]]:
         return self.items
 
     def create(self, namespace: str, manifest: dict[str, Any]) -> None:
@@ -232,3 +235,88 @@ def test_a_bad_disruption_budget_is_an_invalid_spec(budget: dict[str, Any]) -> N
     with pytest.raises(SpecError) as caught:
         pools_spec.parse_pool("p", {**SPEC, "podDisruptionBudget": budget})
     assert caught.value.field.startswith("podDisruptionBudget")
+
+
+@pytest.mark.parametrize("secrets", [{}, {"db": frozenset({"url"})}])
+def test_pods_held_back_for_a_missing_secret_are_not_counted_in_the_status(
+        posted: list[Any], secrets: dict[str, Any]) -> None:
+    log: list[tuple[str, str]] = []
+    pools_ = reconciler([], [], log)
+    pools_.pods.secrets = secrets  # type: ignore[attr-defined]
+    patch = kopf.Patch()
+    pools_.reconcile(body=body({**SPEC, "replicas": 3}), patch=patch, trigger="test")
+    assert log == []
+    status = patch["status"]
+    # .status.replicas is the scale subresource's statusReplicasPath: an HPA reads it.
+    assert (status["replicas"], status["updatedReplicas"], status["readyReplicas"]) == (0, 0, 0)
+    failure = _conditions(patch)["ReplicaFailure"]
+    assert failure["status"] == "True"
+    assert failure["reason"] == _conditions(patch)["DSNSecretReady"]["reason"]
+    assert failure["message"].startswith("3 pod(s) not created: Secret ns/db")
+
+
+def test_refused_creates_are_not_counted_in_the_status(posted: list[Any]) -> None:
+    current = pools_spec.parse_pool("p", SPEC).template_hash
+    log: list[tuple[str, str]] = []
+    pools_ = reconciler([ready_pod("a", current)], [host("a")], log)
+    pools_.pods.refuse = Refused()  # type: ignore[attr-defined]
+    patch = kopf.Patch()
+    pools_.reconcile(body=body({**SPEC, "replicas": 3}), patch=patch, trigger="test")
+    assert (patch["status"]["replicas"], patch["status"]["updatedReplicas"]) == (1, 1)
+
+
+def crashing_pod(name: str, template_hash: str) -> dict[str, Any]:
+    pod = ready_pod(name, template_hash)
+    pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}],
+                     "containerStatuses": [{
+                         "name": "worker", "ready": False, "restartCount": 4,
+                         "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                         "lastState": {"terminated": {
+                             "exitCode": 5, "reason": "Error",
+                             "message": "jobwarden: error: cannot import app module 'x'"}}}]}
+    return pod
+
+
+def test_a_crash_looping_pool_is_a_replica_failure_with_one_warning_naming_the_error(
+        posted: list[Any]) -> None:
+    current = pools_spec.parse_pool("p", SPEC).template_hash
+    pools_ = reconciler([crashing_pod("p-1", current)], [], [])
+    patch = kopf.Patch()
+    pools_.reconcile(body=body(SPEC), patch=patch, trigger="test")
+    failure = _conditions(patch)["ReplicaFailure"]
+    assert (failure["status"], failure["reason"]) == ("True", "CrashLoopBackOff")
+    assert "cannot import app module 'x'" in failure["message"]
+    assert _conditions(patch)["Progressing"]["status"] == "True"  # within its deadline
+    warnings = [e for e in posted if e.type == "Warning"]
+    assert [e.reason for e in warnings] == ["CrashLoopBackOff"]
+    assert "pod p-1 container worker" in warnings[0].message
+    assert "cannot import app module 'x'" in warnings[0].message
+    again = body(SPEC)
+    again["status"] = dict(patch["status"])
+    posted.clear()
+    pools_.reconcile(body=again, patch=kopf.Patch(), trigger="test")
+    assert [e for e in posted if e.type == "Warning"] == []  # no duplicate
+
+
+def test_a_pool_without_progress_past_its_deadline_says_so_once(posted: list[Any]) -> None:
+    current = pools_spec.parse_pool("p", SPEC).template_hash
+    spec = {**SPEC, "progressDeadlineSeconds": 60}
+    pools_ = reconciler([crashing_pod("p-1", current)], [], [])
+    stale = body(spec)
+    stale["status"] = {"observedGeneration": 2, "replicas": 1, "updatedReplicas": 1,
+                       "readyReplicas": 0, "lastProgressTime": "2020-01-01T00:00:00Z",
+                       "conditions": [{"type": "Progressing", "status": "True",
+                                       "reason": "ScalingUp", "message": "0 of 1 pod(s) ready",
+                                       "lastTransitionTime": "2020-01-01T00:00:00Z"}]}
+    patch = kopf.Patch()
+    pools_.reconcile(body=stale, patch=patch, trigger="test")
+    progressing = _conditions(patch)["Progressing"]
+    assert (progressing["status"], progressing["reason"]) == ("False",
+                                                              "ProgressDeadlineExceeded")
+    assert "no progress for more than 60s" in progressing["message"]
+    assert "ProgressDeadlineExceeded" in [e.reason for e in posted if e.type == "Warning"]
+    later = body(spec)
+    later["status"] = {**stale["status"], **patch["status"]}
+    posted.clear()
+    pools_.reconcile(body=later, patch=kopf.Patch(), trigger="test")
+    assert "ProgressDeadlineExceeded" not in [e.reason for e in posted]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from jobwarden.controller import rollout
-from jobwarden.controller.rollout import Create, Delete, Drain, HostView, PodView
+from jobwarden.controller.workerpools import rollout
+from jobwarden.controller.workerpools.rollout import Create, Delete, Drain, HostView, PodView
 
 NEW, OLD = "new0000000", "old0000000"
 NOW = 10_000.0

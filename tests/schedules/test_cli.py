@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from tests.cli.test_cli import jw
 
 JOB = "tests.support.schedulejobs:Tick"

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from tests.support import schedulejobs
 
 PROCESSES = 8

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.schedules import ScheduleError, registry, service
 from jobwarden.worker.worker import Worker
 from tests.support import schedulejobs

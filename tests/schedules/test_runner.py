@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from jobwarden import metrics
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.db.database import Database
+from jobwarden.observability import metrics
 from jobwarden.schedules import runner
 from jobwarden.structs.jobs import Completion
 from jobwarden.structs.schedules import RunReport

@@ -19,10 +19,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from jobwarden import metrics
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.db import runnerpass
 from jobwarden.db.database import Database
+from jobwarden.observability import metrics
 from jobwarden.schedules import expressions, runner
 from jobwarden.structs.states import JobStatus
 from tests.support.waiting import wait_for
@@ -101,6 +101,9 @@ def test_the_payload_and_the_pod_run_reach_each_job_exactly_as_stored(
                             pod_run="JobSchedule/ns/pods", now=T0)
     report = client.schedules.enqueue_due(now=at(12, 3, 1))
     assert report.enqueued == 4  # three slots of "payload" (catch-up all), one of "pods"
+    # The operator wakes the pod-run resources the pass enqueued for (controller/periodic).
+    assert report.pod_runs == {"JobSchedule/ns/pods"}
+    assert "pod_runs" not in report.as_json()
     jobs = client.jobs(limit=100)
     assert [j.data for j in jobs if j.schedule_name == "payload"] == [data] * 3
     [pods] = [j for j in jobs if j.schedule_name == "pods"]

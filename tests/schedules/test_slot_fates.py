@@ -15,9 +15,10 @@ from collections.abc import Callable
 
 import psycopg
 
-from jobwarden import gauges, metrics
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.db.database import Database
+from jobwarden.maintenance import gauges
+from jobwarden.observability import metrics
 from jobwarden.schedules import runner
 from jobwarden.structs.schedules import SLOT_FATES
 from jobwarden.structs.states import JobStatus
@@ -68,7 +69,7 @@ def test_replace_marks_the_previous_slot_replaced(client: Client) -> None:
     replaced = client.db.schedules.slots("replace")[1]
     assert replaced.job_status == "cancelled"
     # The operator's status mirror carries every fate's count.
-    from jobwarden.controller import schedules as controller_schedules
+    from jobwarden.controller.jobschedules import reconciler as controller_schedules
     record = client.schedules.get("replace")
     assert record is not None
     view = controller_schedules.view_of(record)

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from jobwarden import metrics
-from jobwarden.client import Client
+from jobwarden.api.client import Client
+from jobwarden.observability import metrics
 from jobwarden.schedules import ScheduleError
 from jobwarden.schedules.store import slot_key, validate
 from tests.support import schedulejobs
@@ -154,8 +154,10 @@ def test_delete_removes_the_row_and_says_whether_there_was_one(client: Client) -
     assert client.schedules.delete("gone") is False
 
 
-def test_slots_passed_while_suspended_are_missed_and_resume_starts_from_now(
+def test_slots_passed_while_suspended_are_not_missed_and_resume_starts_from_now(
         client: Client) -> None:
+    """Nobody wanted the slots of a pause run: counting them missed paged
+    JobwardenScheduleSlotsMissed on every resume (issue 27)."""
     client.schedules.upsert("paused", interval="1m", job_class=JOB, now=T0)
     suspended = client.schedules.suspend("paused", now=T0)
     assert suspended is not None
@@ -166,9 +168,8 @@ def test_slots_passed_while_suspended_are_missed_and_resume_starts_from_now(
     before = _missed("paused")
     resumed = client.schedules.resume("paused", now=T0 + dt.timedelta(minutes=10, seconds=5))
     assert resumed is not None and not resumed.suspended
-    assert resumed.missed_count == 10  # 12:01 .. 12:10
-    assert _missed("paused") - before == 10
-    assert resumed.last_slot == dt.datetime(2030, 1, 7, 12, 10, tzinfo=dt.UTC)
+    assert resumed.missed_count == 0  # 12:01 .. 12:10 passed while suspended
+    assert _missed("paused") - before == 0
     assert resumed.planned_until == T0 + dt.timedelta(minutes=10, seconds=5)
     assert resumed.next_slot == dt.datetime(2030, 1, 7, 12, 11, tzinfo=dt.UTC)
     # Nothing from the pause is run afterwards; the next slot is.
@@ -219,3 +220,22 @@ def test_next_slots_lists_upcoming_runs_after_now(client: Client) -> None:
         dt.datetime(2030, 1, 1, 0, 30, tzinfo=dt.UTC),
         dt.datetime(2030, 1, 1, 0, 45, tzinfo=dt.UTC),
     ]
+
+
+def test_seconds_to_next_slot_is_the_earliest_future_slot_of_a_runnable_schedule(
+        client: Client) -> None:
+    """What the operator's schedule loop sleeps until (controller/periodic.py): the
+    earliest next slot of an unsuspended schedule, on the database clock."""
+    db = client.db
+    assert db.schedules.seconds_to_next_slot() is None  # no schedule
+    client.schedules.upsert("hourly", interval="1h", job_class=JOB)
+    client.schedules.upsert("daily", interval="1d", job_class=JOB)
+    hourly = client.schedules.get("hourly")
+    assert hourly is not None and hourly.next_slot is not None
+    first = db.schedules.seconds_to_next_slot()
+    assert first is not None and 0 < first <= 3600
+    client.schedules.suspend("hourly")
+    later = db.schedules.seconds_to_next_slot()
+    assert later is not None and 3600 < later <= 86400  # the daily one's
+    client.schedules.suspend("daily")
+    assert db.schedules.seconds_to_next_slot() is None

@@ -15,8 +15,9 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
+from psycopg import sql
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.db import migrations, queries
 from jobwarden.db.database import Database
 from jobwarden.schedules import runner
@@ -54,11 +55,26 @@ def _history(conn: psycopg.Connection, name: str, slots: list[dt.datetime]) -> N
                  "SELECT %s, s, 'missed' FROM unnest(%s::timestamptz[]) AS s", (name, slots))
 
 
+def _schedules_as_the_previous_release_wrote_them(dsn: str, names: list[str]) -> None:
+    """Today's upsert writes the rows in a scratch schema at today's level (its statements
+    read columns the old schema lacks); the old schema takes the columns it has."""
+    with Database(dsn, schema="scratch", min_size=1, max_size=1) as scratch:
+        scratch.migrate()
+        for name in names:
+            Client(database=scratch).schedules.upsert(name, interval="1m", job_class=JOB,
+                                                      now=T0)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        columns = sql.SQL(", ").join(sql.Identifier(name) for (name,) in conn.execute(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = 'schedules'", (SCHEMA,)))
+        conn.execute(sql.SQL("INSERT INTO {}.schedules ({}) SELECT {} FROM scratch.schedules")
+                     .format(sql.Identifier(SCHEMA), columns, columns))
+
+
 def test_the_upgrade_counts_the_history_of_a_pass_in_flight_and_loses_no_slot(
         old_db: Database, dsn: str) -> None:
     client = Client(database=old_db)
-    for name in ("full", "some", "none"):
-        client.schedules.upsert(name, interval="1m", job_class=JOB, now=T0)
+    _schedules_as_the_previous_release_wrote_them(dsn, ["full", "some", "none"])
     with psycopg.connect(dsn, autocommit=True) as conn:
         _history(conn, "full", [T0 - dt.timedelta(minutes=n) for n in range(1, 50)])
         _history(conn, "some", [T0 - dt.timedelta(minutes=n) for n in range(1, 4)])

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.schedules import service
 from jobwarden.settings import WorkerSettings
 from jobwarden.structs.states import JobStatus

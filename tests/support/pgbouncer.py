@@ -33,7 +33,8 @@ def _free_port() -> int:
 class PgBouncer:
     """``pgbouncer`` with ``pool_mode = transaction`` listening on 127.0.0.1:<port>."""
 
-    def __init__(self, backend_dsn: str, *, pool_size: int = 10) -> None:
+    def __init__(self, backend_dsn: str, *, pool_size: int = 10,
+                 max_client_conn: int = 500) -> None:
         binary = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
         if not os.path.exists(binary):
             pytest.skip("PgBouncer is not installed (Debian package pgbouncer)")
@@ -61,7 +62,7 @@ unix_socket_dir =
 auth_type = trust
 auth_file = {self.dir}/userlist.txt
 pool_mode = transaction
-max_client_conn = 500
+max_client_conn = {max_client_conn}
 default_pool_size = {pool_size}
 server_reset_query =
 ignore_startup_parameters = extra_float_digits

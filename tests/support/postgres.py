@@ -191,6 +191,30 @@ def with_database(dsn: str, name: str) -> str:
     return conninfo.make_conninfo(**params)
 
 
+@contextlib.contextmanager
+def empty_database(admin_dsn: str, *, prefix: str) -> Iterator[str]:
+    """A new database with nothing of Jobwarden's in it, only the test audit table; its DSN.
+
+    For the upgrade tests: the previous release's ``jobwarden migrate`` (or operator)
+    creates its schema there, and HEAD's migrates it -- the per-test databases are
+    copies of HEAD's migrated template. Dropped at the end, connections or not.
+    """
+    name = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        dsn = with_database(admin_dsn, name)
+        from tests.support import testjobs
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(testjobs.AUDIT_DDL)
+        yield dsn
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                sql.Identifier(name)))
+
+
 class DatabaseFactory:
     """Creates a migrated template once, then one fresh copy per test."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from typing import Any
 
@@ -46,6 +47,13 @@ class Record(jobwarden.Job):
     def perform(self, data: Any) -> Any:
         audit(self, "ran")
         return data
+
+
+class LoadedModules(jobwarden.Job):
+    """Records the name of every module its process has loaded when its code runs."""
+
+    def perform(self, data: Any) -> None:
+        audit(self, "modules", " ".join(sorted(sys.modules)))
 
 
 class Noop(jobwarden.Job):

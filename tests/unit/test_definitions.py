@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import jobwarden
-from jobwarden import definitions
+from jobwarden.jobs import definitions
 from tests.support import testjobs
 
 

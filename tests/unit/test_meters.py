@@ -1,4 +1,4 @@
-"""jobwarden.meters behaves as prometheus_client, sample for sample, without importing it.
+"""observability.meters behaves as prometheus_client, sample for sample, without importing it.
 
 The metrics keep their values in plain dicts so that a worker which serves no
 /metrics never loads prometheus_client (its exposition half is most of its
@@ -14,21 +14,27 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+import prometheus_client
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client import Counter as PromCounter
 from prometheus_client import Gauge as PromGauge
 from prometheus_client import Histogram as PromHistogram
 
-from jobwarden import meters
+from jobwarden.observability import meters
 
 BUCKETS = (0.1, 1, 5)
 
 
 def samples(registry: Any) -> list[tuple[str, dict[str, str], float]]:
-    """Every sample but the ``_created`` timestamps (the two were created apart)."""
-    return sorted(((s.name, s.labels, s.value) for m in registry.collect() for s in m.samples
-                   if not s.name.endswith("_created")), key=repr)
+    """Every sample, prometheus_client's collected as after ``disable_created_metrics()``
+    (what every Jobwarden process exports: no ``_created`` series)."""
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+    try:
+        return sorted(((s.name, s.labels, s.value) for m in registry.collect()
+                       for s in m.samples), key=repr)
+    finally:
+        prometheus_client.enable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def both(make: Callable[[Any, Any], Any]) -> tuple[Any, Any, Any, Any]:
@@ -62,9 +68,6 @@ def test_counters_gauges_and_histograms_export_what_prometheus_client_exports() 
         for value in (0.05, 0.1, 0.7, 3, 99):
             histogram.labels("q").observe(value)
     assert samples(ours_registry) == samples(theirs_registry)
-    created = [s.name for m in ours_registry.collect() for s in m.samples
-               if s.name.endswith("_created")]
-    assert sorted(created) == ["x_events_created", "x_events_created", "x_seconds_created"]
     ours_text = generate_latest(ours_registry).decode()  # type: ignore[arg-type]
     assert "# TYPE x_events_total counter" in ours_text or "# TYPE x_events counter" in ours_text
     assert 'x_seconds_bucket{le="+Inf",queue="q"} 5.0' in ours_text
@@ -72,6 +75,22 @@ def test_counters_gauges_and_histograms_export_what_prometheus_client_exports() 
         == 3.5
     assert ours_registry.get_sample_value("x_level") == 4.0
     assert ours_registry.get_sample_value("x_running", {"queue": "r"}) is None
+    assert "_created" not in ours_text
+
+
+def test_no_process_exports_created_series() -> None:
+    """A ``_created`` series per counter and histogram label set was 50 of the 119 samples
+    of a scrape (issue 27); nothing reads them. The whole registry every worker, operator
+    and console process serves, with every label set primed, exports none."""
+    from jobwarden.observability import metrics
+    metrics.prime_operator()
+    metrics.prime_job("q", "app:Job")
+    metrics.prime_pod_runs("JobSchedule", "ns/name")
+    metrics.JOB_DURATION.labels("q", "app:Job").observe(1.0)
+    text = generate_latest(metrics.REGISTRY).decode()  # type: ignore[arg-type]
+    assert "jobwarden_jobs_failed_total{" in text
+    assert "jobwarden_job_duration_seconds_count{" in text
+    assert [line for line in text.splitlines() if "_created" in line] == []
 
 
 def test_the_same_misuse_is_refused() -> None:
@@ -108,7 +127,8 @@ def test_a_worker_without_http_port_imports_nothing_only_serving_or_tracing_need
     code = textwrap.dedent("""
         import sys
         import jobwarden
-        from jobwarden import assembly, metrics, settings
+        from jobwarden import assembly, settings
+        from jobwarden.observability import metrics
         from jobwarden.worker import worker
 
         @jobwarden.job
@@ -117,7 +137,8 @@ def test_a_worker_without_http_port_imports_nothing_only_serving_or_tracing_need
         metrics.JOBS_COMPLETED.labels("default", "x").inc()
         metrics.WORKER_SLOTS.set(4)
         loaded = [m for m in ("prometheus_client", "http.server", "opentelemetry.trace",
-                              "jobwarden.client", "jobwarden.asyncclient") if m in sys.modules]
+                              "jobwarden.api.client", "jobwarden.api.asyncclient")
+                  if m in sys.modules]
         assert not loaded, loaded
         assert metrics.REGISTRY.get_sample_value(
             "jobwarden_jobs_completed_total", {"queue": "default", "job_class": "x"}) == 1.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from jobwarden import meters, metrics
+from jobwarden.observability import meters, metrics
 
 _ROW = re.compile(r"^(jobwarden_\w+)\s+(counter|gauge|histogram)\s+(.+?)\s*$", re.MULTILINE)
 _INLINE = re.compile(r"``(jobwarden_\w+)\{([^}]*)\}``")
@@ -40,7 +40,7 @@ def _registered() -> dict[str, tuple[str, tuple[str, ...]]]:
 
 def test_every_registered_metric_is_in_the_catalogue_with_its_type_and_labels() -> None:
     documented, registered = _documented(), _registered()
-    assert registered, "no metric found in jobwarden.metrics"
+    assert registered, "no metric found in jobwarden.observability.metrics"
     for name, (kind, labels) in registered.items():
         assert name in documented, f"{name} is exported but not in the catalogue"
         doc_kind, doc_labels = documented[name]

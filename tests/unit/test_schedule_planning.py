@@ -60,7 +60,7 @@ def test_nothing_due_between_slots() -> None:
 def test_a_slot_at_or_before_last_slot_never_runs_again() -> None:
     last = at("2024-01-01 05:00")
     for now in (at("2024-01-01 05:00"), at("2024-01-01 04:00")):
-        plan = schedules.plan_due(HOURLY, last_slot=last, now=now, catch_up="all", max_catch_up=9)
+        plan = schedules.plan_due(HOURLY, last_slot=last, now=now, catch_up="all", catch_up_max=9)
         assert (plan.run, plan.missed) == ([], 0)
         assert plan.cursor == last
         assert plan.next_slot == at("2024-01-01 06:00")
@@ -122,7 +122,7 @@ def test_all_runs_every_slot_in_the_window_up_to_the_cap(
 ) -> None:
     plan = schedules.plan_due(
         HOURLY, last_slot=at("2024-01-01 00:00"), now=at("2024-01-01 05:30"), catch_up="all",
-        window_seconds=window_hours * 3600, max_catch_up=cap,
+        window_seconds=window_hours * 3600, catch_up_max=cap,
     )  # fmt: skip
     assert hhmm(plan.run) == run
     assert plan.missed == missed
@@ -132,7 +132,7 @@ def test_all_with_an_interval_runs_the_newest_slots_and_counts_the_rest() -> Non
     every_10s = schedules.parse(interval="10s")
     plan = schedules.plan_due(
         every_10s, last_slot=at("2024-01-01 00:00"), now=at("2024-01-01 00:01:05"),
-        catch_up="all", window_seconds=60, max_catch_up=100,
+        catch_up="all", window_seconds=60, catch_up_max=100,
     )  # fmt: skip
     # 6 slots (00:10 .. 01:00); now-60s = 00:05, so all six are in the window.
     assert [s.strftime("%M:%S") for s in plan.run] == [
@@ -154,7 +154,7 @@ def test_years_of_interval_slots_are_counted_by_arithmetic() -> None:
     every_second = schedules.parse(interval="1s")
     plan = schedules.plan_due(
         every_second, last_slot=at("2014-01-01 00:00"), now=at("2024-01-01 00:00"),
-        catch_up="all", max_catch_up=5, window_seconds=3600,
+        catch_up="all", catch_up_max=5, window_seconds=3600,
     )  # fmt: skip
     slots = (at("2024-01-01 00:00") - at("2014-01-01 00:00")) // dt.timedelta(seconds=1)
     assert len(plan.run) == 5
@@ -186,6 +186,7 @@ def test_a_cron_outage_exactly_at_the_count_limit_is_still_exact() -> None:
         ({"window_seconds": 59}, "at least 60s"),
         ({"window_seconds": 0}, "at least 60s"),
         ({"catch_up": "sometimes"}, "'latest', 'none', 'all'"),
+        ({"catch_up_max": 0}, "max catch-up must be at least 1"),
         ({"max_catch_up": 0}, "max catch-up must be at least 1"),
         ({"tolerance_seconds": -1}, "tolerance"),
         ({"count_limit": 0}, "count limit"),
@@ -194,6 +195,16 @@ def test_a_cron_outage_exactly_at_the_count_limit_is_still_exact() -> None:
 def test_bad_catch_up_settings_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(schedules.ScheduleError, match=message):
         schedules.plan_due(HOURLY, last_slot=None, now=at("2024-01-01 00:00"), **kwargs)  # type: ignore[arg-type]
+
+
+def test_max_catch_up_the_0_1_0_name_of_catch_up_max_still_caps_the_run() -> None:
+    last, now = at("2024-01-01 00:00"), at("2024-01-01 12:00")
+    old = schedules.plan_due(HOURLY, last_slot=last, now=now, catch_up="all",
+                             window_seconds=86400, max_catch_up=3)
+    new = schedules.plan_due(HOURLY, last_slot=last, now=now, catch_up="all",
+                             window_seconds=86400, catch_up_max=3)
+    assert old == new
+    assert (len(new.run), new.missed) == (3, 9)
 
 
 def test_naive_now_is_refused() -> None:

@@ -284,7 +284,7 @@ def test_every_slot_of_an_outage_runs_or_is_counted_missed(
     parsed = schedules.parse(expr.text, timezone=zone)
     plan = schedules.plan_due(
         parsed, last_slot=last, now=now, catch_up=catch_up, window_seconds=window,
-        max_catch_up=cap,
+        catch_up_max=cap,
     )  # fmt: skip
     slots = parsed.slots_between(last, now)
     assert plan.missed_exact

@@ -25,9 +25,11 @@ from tests.support.waiting import wait_for
 
 #: Every thread of an idle, connected, listening worker process (no HTTP port, plain
 #: ``def`` jobs): the main thread, psycopg_pool's scheduler and its three workers, and
-#: the worker's own four. No slot thread (the first attempts start them), no heartbeat
-#: thread (it starts with the first slot thread: nothing to beat before), no event
-#: loop thread (the first ``async def`` job starts it).
+#: the worker's own four, and the database calls' watchdog (db/deadlines.py: it
+#: abandons a call the server does not answer within its bound). No slot thread (the
+#: first attempts start them), no heartbeat thread (it starts with the first slot
+#: thread: nothing to beat before), no event loop thread (the first ``async def`` job
+#: starts it).
 IDLE_THREADS = sorted([
     "MainThread",
     "jobwarden-jobwarden-scheduler",
@@ -38,6 +40,7 @@ IDLE_THREADS = sorted([
     "jobwarden-recorder",
     "jobwarden-maintain",
     "jobwarden-listen",
+    "jobwarden-db-watchdog",
 ])
 
 
@@ -46,16 +49,16 @@ IDLE_THREADS = sorted([
 #: or code-defined schedule, a pod run).
 NOT_IDLE_MODULES = [
     "prometheus_client", "http.server", "opentelemetry.trace", "hashlib", "_hashlib",
-    "jobwarden.client", "jobwarden.asyncclient",
+    "jobwarden.api.client", "jobwarden.api.asyncclient",
     "jobwarden.schedules.runner", "jobwarden.schedules.registry", "jobwarden.schedules.store",
     "jobwarden.schedules.validation", "jobwarden.schedules.expressions",
     "jobwarden.schedules.planning", "cronsim", "jobwarden.structs.schedules",
     "jobwarden.db.schedules", "jobwarden.db.runnerpass", "jobwarden.db.podruns",
-    "jobwarden.leases", "jobwarden.structs.podruns",
+    "jobwarden.coordination.leases", "jobwarden.structs.podruns",
 ]
 
 
-def test_an_idle_worker_process_holds_nine_threads_and_no_module_only_use_needs(
+def test_an_idle_worker_process_holds_ten_threads_and_no_module_only_use_needs(
         dsn: str) -> None:
     code = textwrap.dedent(f"""
         import json, os, sys, threading, time

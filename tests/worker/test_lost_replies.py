@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 import jobwarden
-from jobwarden import errors, metrics
+from jobwarden import errors
+from jobwarden.observability import metrics
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
 from tests.conftest import audit_rows

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 import jobwarden
-from jobwarden import metrics
+from jobwarden.observability import metrics
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
@@ -208,7 +208,7 @@ def test_a_notified_job_is_claimed_by_the_listen_thread_itself(
     worker = start_worker(poll_interval=3600)
     assert worker.listening.wait(10), "the worker never started listening"
     claimed_on: dict[int, str] = {}
-    claim = worker.db.jobs.claim
+    claim, claim_idle = worker.db.jobs.claim, worker.db.jobs.claim_idle
 
     def recording_claim(**kwargs: Any) -> list[ClaimedJob]:
         found = claim(**kwargs)
@@ -216,7 +216,14 @@ def test_a_notified_job_is_claimed_by_the_listen_thread_itself(
             claimed_on[job.id] = threading.current_thread().name
         return found
 
+    def recording_claim_idle(**kwargs: Any) -> tuple[list[ClaimedJob], float | None]:
+        found, due = claim_idle(**kwargs)  # after a round that found nothing (issue 31)
+        for job in found:
+            claimed_on[job.id] = threading.current_thread().name
+        return found, due
+
     worker.db.jobs.claim = recording_claim  # type: ignore[method-assign]
+    worker.db.jobs.claim_idle = recording_claim_idle  # type: ignore[method-assign]
     sleeps = _SleepCounter()
     previous, worker.claimer.wake_event = worker.claimer.wake_event, sleeps
     previous.set()  # the fetch loop may be asleep on the old event: move it to the new one

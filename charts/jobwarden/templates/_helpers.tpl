@@ -140,6 +140,9 @@ label when metrics.serviceMonitor.jobLabel is set, else the Service's name.
   resources: [workerpools, jobschedules, exclusivejobs]
   verbs: [get, list, watch, patch, update]
 - apiGroups: [jobwarden.io]
+  resources: [exclusivejobs]
+  verbs: [delete]
+- apiGroups: [jobwarden.io]
   resources: [workerpools/status, jobschedules/status, exclusivejobs/status]
   verbs: [get, patch, update]
 - apiGroups: [jobwarden.io]
@@ -154,9 +157,32 @@ label when metrics.serviceMonitor.jobLabel is set, else the Service's name.
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch, delete]
-- apiGroups: [""]
-  resources: [secrets]
-  verbs: [get]
+{{- end }}
+
+{{/*
+Namespaces where the operator may get Secrets (a WorkerPool's dsnSecretRef check), as a
+list: rbac.secretNamespaces when set ("*" alone: cluster-wide), else the watched
+namespaces, else (watching every namespace) the release's own. Not cluster-wide by
+default (issue 27): elsewhere the DSNSecretReady condition says Unknown/Forbidden.
+*/}}
+{{- define "jobwarden.secretNamespaces" -}}
+{{- if .Values.rbac.secretNamespaces }}
+{{- toJson .Values.rbac.secretNamespaces }}
+{{- else if .Values.operator.watchNamespaces }}
+{{- toJson .Values.operator.watchNamespaces }}
+{{- else }}
+{{- toJson (list (include "jobwarden.namespace" .)) }}
+{{- end }}
+{{- end }}
+
+{{/*
+"true" when a prometheus-operator kind (the argument's second item) may be rendered:
+the cluster serves monitoring.coreos.com/v1/<kind>, or metrics.onlyWhenApiExists is
+false (helm template without --api-versions).
+*/}}
+{{- define "jobwarden.monitoringApi" -}}
+{{- $root := index . 0 }}
+{{- if or (not $root.Values.metrics.onlyWhenApiExists) ($root.Capabilities.APIVersions.Has (printf "monitoring.coreos.com/v1/%s" (index . 1))) }}true{{- end }}
 {{- end }}
 
 {{/* A Prometheus duration (30s, 15m, 2h, 7d, 1w) in seconds, for arithmetic in PromQL. */}}

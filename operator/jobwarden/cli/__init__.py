@@ -17,7 +17,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from jobwarden import errors, logfields
+from jobwarden import errors
+from jobwarden.cli.arguments import UsageError
+from jobwarden.observability import logfields
+from jobwarden.version import VERSION
 
 #: Exit codes (documented in docs/cli.md).
 EXIT_OK = 0
@@ -30,6 +33,8 @@ EXIT_NOT_FOUND = 6
 EXIT_INVALID_INPUT = 7
 EXIT_TIMEOUT = 8
 EXIT_CONFIG = 9
+#: The schema no longer serves this release (docs/upgrades.md). 10-13 are run-job's.
+EXIT_SCHEMA_TOO_NEW = 14
 #: Ctrl-C (SIGINT): 128 + 2, as a shell reports it.
 EXIT_INTERRUPTED = 130
 #: stdout was closed by its reader (``| head``): 128 + SIGPIPE, as a shell reports it.
@@ -47,16 +52,23 @@ COMMAND_MODULES = [
     "jobwarden.cli.queues",
     "jobwarden.cli.console",
     "jobwarden.cli.top",
-    "jobwarden.cli.runjob",
+    "jobwarden.cli.podruns",
 ]
+#: Commands whose own module is all a run of them loads (the other command modules
+#: import the client, the scheduler and the tick engine): a pod run's ``run-job`` is on
+#: the path from a schedule's slot to the job's code (docs/benchmarks.md, "Pod per run
+#: against a native CronJob"). ``--help`` before the command still lists every command.
+LIGHT_COMMANDS = {"run-job": "jobwarden.cli.podruns"}
 
 _ERROR_CODES: list[tuple[type[BaseException], int]] = [
     (errors.ConfigurationError, EXIT_CONFIG),
     (errors.DatabaseUnavailable, EXIT_DB_UNAVAILABLE),
     (errors.SchemaMissing, EXIT_SCHEMA_MISSING),
+    (errors.SchemaTooNew, EXIT_SCHEMA_TOO_NEW),
     (errors.UnknownJob, EXIT_UNKNOWN_JOB),
     (errors.JobNotFound, EXIT_NOT_FOUND),
     (errors.InvalidPayload, EXIT_INVALID_INPUT),
+    (UsageError, EXIT_USAGE),
     (ValueError, EXIT_INVALID_INPUT),
 ]
 
@@ -128,7 +140,22 @@ def _subcommands(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParse
     return found
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_of(argv: Sequence[str]) -> str | None:
+    """The command word of ``argv``: the first word that is neither a flag of the command
+    as a whole nor a flag's value. None when ``-h``/``--help``/``--version`` come first."""
+    takes_value = {flag for flags, _ in GLOBAL_FLAGS for flag in flags}
+    words = iter(argv)
+    for word in words:
+        if word in ("-h", "--help", "--version"):
+            return None
+        if word in takes_value:
+            next(words, None)
+        elif not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(modules: Sequence[str] = COMMAND_MODULES) -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="jobwarden", formatter_class=HelpFormatter,
         description="Kubernetes-native background jobs on PostgreSQL.",
@@ -139,9 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
     for flags, options in GLOBAL_FLAGS:
         parser.add_argument(*flags, **options)
     parser.add_argument("--json", **JSON_FLAG)
+    parser.add_argument("--version", action="version", version=f"jobwarden {VERSION}",
+                        help="print the release this is and exit (docs/upgrades.md)")
     parser.set_defaults(**defaults)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
+    for name in modules:
         importlib.import_module(name).register(subparsers)
     for sub in _subcommands(parser):
         sub.formatter_class = HelpFormatter
@@ -159,7 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 class _JsonFormatter(logging.Formatter):
     """One JSON object per line: an ISO-8601 UTC time, and the attempt's job id,
-    class, attempt, queue and host as fields (jobwarden.logfields) when there is one."""
+    class, attempt, queue and host as fields (observability.logfields) when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
         at = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
@@ -227,8 +256,10 @@ def _exit_on_broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    light = LIGHT_COMMANDS.get(command_of(words) or "")
+    parser = build_parser([light] if light else COMMAND_MODULES)
+    args = parser.parse_args(words)
     setup_logging(args.log_level, args.log_format)
     _importable_current_directory()
     handler: Command = args.handler

@@ -8,10 +8,16 @@ database -- and the same rule holds for every flag that takes that kind of value
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from jobwarden import settings, textrules
 
 echo = textrules.echo
+
+
+class UsageError(ValueError):
+    """Flags that parse one by one but not together (``--since`` after ``--until``):
+    a usage error like any bad flag (exit 2), found once the command runs."""
 #: The one duration rule (flags and ``JOBWARDEN_*`` durations alike).
 parse_duration = settings.parse_duration
 
@@ -60,11 +66,43 @@ def positive_int(text: str) -> int:
     return value
 
 
+def int_between(low: int, high: int) -> Callable[[str], int]:
+    """A whole number from ``low`` to ``high`` (``jobs list --limit``: 1 to 1000)."""
+    def parse(text: str) -> int:
+        value = _integer(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, not {value}")
+        return value
+    return parse
+
+
+#: Job ids are bigint: a larger number was a database error, not a usage error.
+job_id = int_between(1, 2**63 - 1)
+
+
+def seconds_between(low: float, high: float) -> Callable[[str], float]:
+    """A duration from ``low`` to ``high`` seconds (``top --interval``: 0.2 to 3600)."""
+    def parse(text: str) -> float:
+        value = duration(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(
+                f"must be from {low:g} to {high:g} seconds, not {echo(text)}")
+        return value
+    return parse
+
+
 def port(text: str) -> int:
     value = _integer(text)
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"not a TCP port: {value}")
     return value
+
+
+def non_empty(text: str) -> str:
+    """Any text but the empty string (``queues resume`` takes a blank 0.1.0 stored)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
 
 
 def name(text: str) -> str:

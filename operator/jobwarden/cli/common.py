@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import importlib
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from jobwarden import errors, settings
-from jobwarden.client import Client
+from jobwarden import errors, settings, version
 from jobwarden.db.database import Database
+
+if TYPE_CHECKING:  # imported by client(): `run-job` starts without the client's modules
+    from jobwarden.api.client import Client
 
 
 def dsn(args: argparse.Namespace) -> str:
@@ -42,15 +45,30 @@ def database(args: argparse.Namespace, *, max_size: int = 2) -> Database:
 
 
 def client(args: argparse.Namespace) -> Client:
+    from jobwarden.api.client import Client
+
     return Client(database=database(args), owns_database=True)
 
 
 def check_schema_current(db: Database) -> None:
-    """Refuse to run on a schema that is missing or behind (exit 4): a long-running
-    process must not start claiming with statements the schema cannot answer."""
+    """Refuse to run on a schema that is missing or behind (exit 4), or that no longer
+    serves this release (exit 14): a long-running process must not start claiming
+    with statements the schema cannot answer (docs/upgrades.md).
+
+    A schema ahead of this code (migrations it does not know) is fine as long as
+    each of them still serves this release: that is the previous release running
+    during a rolling upgrade or after a ``helm rollback``.
+    """
     db.check()
     pending = db.pending_migrations()
     if pending:
         raise errors.SchemaMissing(
             f"the Jobwarden schema {db.schema!r} is missing or behind ({len(pending)} "
             "migration(s) pending): run `jobwarden migrate`")
+    found = db.schema_releases()
+    if found.serves_from is not None and \
+            version.parse(found.serves_from) > version.parse(version.VERSION):
+        raise errors.SchemaTooNew(
+            f"the Jobwarden schema {db.schema!r} (migration {found.newest_migration:04d}) "
+            f"serves release {found.serves_from} or later, and this is {version.VERSION}: "
+            f"run jobwarden {found.serves_from} or later")

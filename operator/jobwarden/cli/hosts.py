@@ -16,6 +16,7 @@ from typing import Any
 
 from jobwarden import errors, settings
 from jobwarden import tick as ticks
+from jobwarden.api.client import Client
 from jobwarden.cli import (
     EXIT_FAILURE,
     EXIT_NOT_FOUND,
@@ -27,8 +28,7 @@ from jobwarden.cli import (
     print_json,
     print_table,
 )
-from jobwarden.client import Client
-from jobwarden.hosts import DEFAULT_DRAIN_EXPIRES
+from jobwarden.coordination.hosts import DEFAULT_DRAIN_EXPIRES
 from jobwarden.structs.hosts import HostStatus
 
 #: ``--wait`` without a value waits this long.
@@ -210,7 +210,7 @@ def cmd_tick(args: argparse.Namespace) -> int:
             print(f"jobwarden: tick failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             return EXIT_FAILURE
         finally:
-            ticker.worker.stop(timeout=0)
+            ticker.close()
     finally:
         db.close()
     if args.json:

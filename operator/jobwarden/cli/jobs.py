@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobwarden import errors
 from jobwarden.cli import (
@@ -20,6 +20,11 @@ from jobwarden.cli import (
     print_table,
 )
 from jobwarden.structs.states import JobStatus
+from jobwarden.version import VERSION
+
+if TYPE_CHECKING:
+    from jobwarden.db.migrations import SchemaReleases
+    from jobwarden.structs.hosts import ReleaseCount
 
 
 def register(subparsers: Any) -> None:
@@ -48,9 +53,9 @@ def register(subparsers: Any) -> None:
     sub = jobs.add_subparsers(dest="jobs_command", metavar="ACTION", required=True)
     listing = sub.add_parser("list", help="jobs matching a filter, newest first")
     filters.add_filter_flags(listing)
-    listing.add_argument("--before", type=int, metavar="ID",
+    listing.add_argument("--before", type=arguments.job_id, metavar="ID",
                          help="next page: only ids below this (the last id shown)")
-    listing.add_argument("--limit", type=arguments.positive_int, default=50,
+    listing.add_argument("--limit", type=arguments.int_between(1, 1000), default=50,
                          help="1 to 1000 (default 50)")
     add_json(listing)
     listing.set_defaults(handler=cmd_list)
@@ -63,17 +68,17 @@ def register(subparsers: Any) -> None:
     add_json(bulk)
     bulk.set_defaults(handler=cmd_bulk)
     show = sub.add_parser("show", help="one job with its result and attempt history")
-    show.add_argument("id", type=int)
+    show.add_argument("id", type=arguments.job_id)
     show.add_argument("--traceback", action="store_true",
                       help="also print the traceback of the last failed attempt")
     add_json(show)
     show.set_defaults(handler=cmd_show)
     cancel = sub.add_parser("cancel", help="cancel a pending job or ask a running one to stop")
-    cancel.add_argument("id", type=int)
+    cancel.add_argument("id", type=arguments.job_id)
     add_json(cancel)
     cancel.set_defaults(handler=cmd_cancel)
     retry = sub.add_parser("retry", help="run a failed, interrupted or cancelled job again")
-    retry.add_argument("id", type=int)
+    retry.add_argument("id", type=arguments.job_id)
     add_json(retry)
     retry.set_defaults(handler=cmd_retry)
     purge = sub.add_parser("purge", help="delete finished jobs")
@@ -163,9 +168,14 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**job.as_json(), "history": [a.as_json() for a in history]})
         return EXIT_OK
+    # One line per field: a multi-line last_error (usually a traceback) is shown by
+    # its last line here, and whole only with --traceback, as the last thing printed.
+    multiline = bool(job.last_error and "\n" in job.last_error.strip())
     for key, value in job.as_json().items():
         if key in ("data", "result") and value is not None:
             value = json.dumps(value)
+        if key == "last_error" and multiline:
+            value = _first_line(value, width=100) + "  (whole text: --traceback)"
         print(f"{key:>17}: {'' if value is None else value}")
     if history:
         print("\nattempts (oldest first):")
@@ -173,10 +183,14 @@ def cmd_show(args: argparse.Namespace) -> int:
                     [[a.attempt,
                       a.started_at.isoformat(timespec="seconds") if a.started_at else "",
                       "" if a.duration_seconds is None else f"{a.duration_seconds:.3f}",
-                      a.host, a.outcome, a.status_after, a.error or ""] for a in history])
+                      a.host, a.outcome, a.status_after, _first_line(a.error, width=80)]
+                     for a in history])
+    if args.traceback:
         last = next((a for a in reversed(history) if a.traceback), None)
-        if last is not None and args.traceback:
-            print(f"\ntraceback of attempt {last.attempt}:\n{last.traceback}")
+        if last is not None and last.traceback:
+            print(f"\ntraceback of attempt {last.attempt}:\n{last.traceback.rstrip()}")
+        elif job.last_error:
+            print(f"\nlast error:\n{job.last_error.rstrip()}")
     return EXIT_OK
 
 
@@ -247,9 +261,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         # Autovacuum off, or dead tuples piling up in the hot tables (issue 16):
         # warnings, not failures -- the queues still work, only slower.
         health = client.db.maintenance.health()
+        # The releases running (docs/upgrades.md): during a rolling upgrade, two.
+        releases = client.db.hosts.releases()
+        schema = client.db.schema_releases()
         if args.json:
             print_json({"queues": stats, "hosts": hosts_cli.hosts_json(client),
-                        "database": health.as_json()})
+                        "database": health.as_json(),
+                        "versions": [r.as_json() for r in releases],
+                        "schema": {"newest_migration": schema.newest_migration,
+                                   "serves_from": schema.serves_from}})
             return EXIT_OK
         statuses = ["pending", "scheduled", *[s.value for s in JobStatus
                                               if s is not JobStatus.PENDING]]
@@ -257,6 +277,24 @@ def cmd_status(args: argparse.Namespace) -> int:
                 for queue, counts in sorted(stats.items())]
         print_table(["QUEUE", *[s.upper() for s in statuses]], rows)
         hosts_cli.print_hosts(client)
+        _print_releases(releases, schema)
         for warning in health.warnings():
             print(f"warning: {warning}")
     return EXIT_OK
+
+
+def _print_releases(releases: list[ReleaseCount], schema: SchemaReleases) -> None:
+    """The RELEASE table of ``jobwarden status``: worker processes per Jobwarden release."""
+    print()
+    serves = f"release {schema.serves_from} and later" if schema.serves_from \
+        else "every release since 0.1.0"
+    print(f"schema: migration {schema.newest_migration:04d}, serves {serves}; "
+          f"this client is {VERSION}")
+    if releases:
+        print_table(["RELEASE", "NEEDS MIGRATION", "WORKERS"],
+                    [[r.release or "0.1.0 or older", _migration(r.schema_needs), r.workers]
+                     for r in releases])
+
+
+def _migration(number: int | None) -> str:
+    return "-" if number is None else f"{number:04d}"

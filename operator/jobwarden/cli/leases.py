@@ -23,7 +23,7 @@ from jobwarden.cli import (
     print_json,
     print_table,
 )
-from jobwarden.structs.leases import LeaseRecord
+from jobwarden.structs.leases import LeaseRecord, is_internal
 
 
 def register(subparsers: Any) -> None:
@@ -37,6 +37,9 @@ def register(subparsers: Any) -> None:
                                           "(default: every name)")
     listing.add_argument("--limit", type=arguments.positive_int, default=1000,
                          help="most leases shown")
+    listing.add_argument("--all", action="store_true",
+                         help="also show Jobwarden's own leases (jobwarden:gauges, "
+                              "operator:<loop>, maintenance:retention)")
     add_json(listing)
     listing.set_defaults(handler=cmd_list)
 
@@ -63,8 +66,9 @@ def _expires_in(record: LeaseRecord) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     with common.database(args) as db:
-        found = db.leases.list(include_expired=args.expired, prefix=args.prefix,
-                                      limit=args.limit)
+        found = [r for r in db.leases.list(include_expired=args.expired, prefix=args.prefix,
+                                           limit=args.limit)
+                 if args.all or not is_internal(r.name)]
     if args.json:
         print_json([r.as_json() for r in found])
     else:

@@ -12,9 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from jobwarden.client import Client
-from jobwarden.structs.search import JobFilter
-from jobwarden.structs.states import JobStatus
+from jobwarden.api.client import Client
 
 #: Throughput and outcomes are counted over this window.
 WINDOW_SECONDS = 60.0
@@ -40,7 +38,7 @@ class LiveView:
     def frame(self) -> str:
         """A fresh frame. Line 0 is the headline and line 2 the outcomes (one-line mode)."""
         queues = self.client.queues(window_seconds=WINDOW_SECONDS)
-        running = self.client.search(JobFilter(statuses=(JobStatus.PROCESSING,)), limit=8)
+        running = self.client.running(limit=8)
         completed = sum(q.completed for q in queues)
         failed = sum(q.failed for q in queues)
         rate = completed / WINDOW_SECONDS

@@ -14,7 +14,7 @@ import logging
 import os
 from typing import Any
 
-from jobwarden.cli import common
+from jobwarden.cli import arguments, common
 
 
 def register(subparsers: Any) -> None:
@@ -27,7 +27,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--namespaces", default=None,
                         help="namespaces to watch, comma-separated (default "
                              "$JOBWARDEN_NAMESPACES; empty = all)")
-    parser.add_argument("--http-port", type=int, default=None,
+    parser.add_argument("--http-port", type=arguments.port, default=None,
                         help="port of /metrics, /healthz, /readyz (default "
                              "$JOBWARDEN_HTTP_PORT or 8080)")
     parser.add_argument("--peering", default=None,
@@ -84,6 +84,7 @@ def cmd_operator(args: argparse.Namespace) -> int:
             if applied:
                 logging.getLogger("jobwarden.controller").info(
                     "applied migrations: %s", ", ".join(applied))
+        common.check_schema_current(db)
         return Operator(db, config).run()
     finally:
         db.close()

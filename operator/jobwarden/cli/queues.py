@@ -7,23 +7,32 @@ import getpass
 import socket
 from typing import Any
 
-from jobwarden.cli import EXIT_FAILURE, EXIT_OK, add_json, common, print_json, print_table
+from jobwarden.cli import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    add_json,
+    arguments,
+    common,
+    print_json,
+    print_table,
+)
 
 
 def register(subparsers: Any) -> None:
     queues = subparsers.add_parser("queues", help="list, pause and resume queues")
     sub = queues.add_subparsers(dest="queues_command", metavar="ACTION", required=True)
     listing = sub.add_parser("list", help="depth, oldest due age, running and throughput")
-    listing.add_argument("--window", type=float, default=300.0, metavar="SECONDS",
+    listing.add_argument("--window", type=arguments.positive_duration, default=300.0,
+                         metavar="SECONDS",
                          help="throughput window (default 300)")
     add_json(listing)
     listing.set_defaults(handler=cmd_list)
     pause = sub.add_parser("pause", help="stop claims from a queue (running jobs finish)")
-    pause.add_argument("queue")
+    pause.add_argument("queue", type=arguments.name, help="the queue (not blank, as enqueue's)")
     add_json(pause)
     pause.set_defaults(handler=cmd_pause)
     resume = sub.add_parser("resume", help="let workers claim from a paused queue again")
-    resume.add_argument("queue")
+    resume.add_argument("queue", type=arguments.non_empty)
     add_json(resume)
     resume.set_defaults(handler=cmd_resume)
 
@@ -37,8 +46,6 @@ def _age(seconds: float) -> str:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    if args.window <= 0:
-        raise ValueError("--window must be positive")
     with common.client(args) as client:
         found = client.queues(window_seconds=args.window)
     if args.json:

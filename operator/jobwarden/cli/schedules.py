@@ -119,7 +119,7 @@ def register(subparsers: Any) -> None:
     run_now.set_defaults(handler=cmd_run_now)
 
     for action, helptext in (("suspend", "stop enqueuing (until resume)"),
-                             ("resume", "lift a suspension (slots passed count as missed)")):
+                             ("resume", "lift a suspension (slots passed meanwhile are skipped)")):
         cmd = sub.add_parser(action, help=helptext)
         cmd.add_argument("name")
         add_json(cmd)
@@ -342,8 +342,7 @@ def cmd_set(args: argparse.Namespace) -> int:
         raise errors.InvalidPayload(f"--data is not valid JSON: {exc}") from exc
     job: Any = args.job_class
     common.import_apps(args.app)
-    from jobwarden import definitions
-
+    from jobwarden.jobs import definitions
     module_name, _ = definitions.resolve_path_syntax(args.job_class)
     if not args.no_check and (args.app or _importable(module_name)):
         # The job's module is here: check the class exists, as enqueue does (a typo

@@ -7,7 +7,7 @@ import sys
 import threading
 from typing import Any
 
-from jobwarden.cli import EXIT_OK, common
+from jobwarden.cli import EXIT_OK, arguments, common
 from jobwarden.cli.liveview import LiveView
 
 
@@ -16,9 +16,10 @@ def register(subparsers: Any) -> None:
         "top", help="live view of queues, throughput and running jobs",
         description="The live view of `jobwarden dev`, against the database of --dsn. "
                     "Cheap on big tables: no count over the whole jobs table.")
-    parser.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
+    parser.add_argument("--interval", type=arguments.seconds_between(0.2, 3600), default=2.0,
+                        metavar="SECONDS",
                         help="refresh interval (default 2)")
-    parser.add_argument("--iterations", type=int, default=None, metavar="N",
+    parser.add_argument("--iterations", type=arguments.positive_int, default=None, metavar="N",
                         help="stop after N frames (default: until Ctrl-C)")
     parser.add_argument("--no-view", action="store_true",
                         help="print one line per frame instead of redrawing the screen")
@@ -26,10 +27,6 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    if not 0.2 <= args.interval <= 3600:
-        raise ValueError("--interval must be between 0.2 and 3600 seconds")
-    if args.iterations is not None and args.iterations < 1:
-        raise ValueError("--iterations must be at least 1")
     stop = threading.Event()
     with common.client(args) as client:
         view = LiveView(client, title="jobwarden top", footer=["Ctrl-C to stop"])

@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
+import signal
 from typing import Any
 
-from jobwarden import errors, logfields, settings
-from jobwarden.cli import arguments, common
+from jobwarden import errors, settings
+from jobwarden.cli import EXIT_INTERRUPTED, EXIT_OK, arguments, common
+from jobwarden.observability import logfields
 
 logger = logging.getLogger("jobwarden.cli")
 
@@ -64,6 +66,16 @@ def register(subparsers: Any) -> None:
     ):
         parser.add_argument(flag, type=arguments.duration, default=None, metavar="DURATION",
                             help=f"{text} (default: ${env} or {default:g}s)")
+    parser.add_argument("--idle-interval", type=arguments.positive_duration, default=None,
+                        metavar="DURATION",
+                        help="at rest (LISTEN verified, nothing claimed) polls back off to "
+                             "this, and the host refresh and the reaper run this often "
+                             "(default: $JOBWARDEN_IDLE_INTERVAL, else 60 x the poll "
+                             "interval: 60s)")
+    parser.add_argument("--listen-dsn", default=None,
+                        help="a direct DSN for the LISTEN connection, beside a "
+                             "transaction-mode pooler's --dsn (default: "
+                             "$JOBWARDEN_LISTEN_DSN, else the --dsn)")
     parser.add_argument("--failure-hook", default=None,
                         help="module:function called for every failed attempt "
                              "(default: $JOBWARDEN_FAILURE_HOOK, else none)")
@@ -84,6 +96,7 @@ def worker_settings(args: argparse.Namespace) -> settings.WorkerSettings:
         result_max_bytes=args.result_max_bytes,
         schedule_check_seconds=args.schedule_check_seconds,
         gauge_interval=args.gauge_interval,
+        idle_interval=args.idle_interval,
     )
 
 
@@ -97,9 +110,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     if not config.apps:
         logger.warning("no --app (or $JOBWARDEN_APPS): this worker knows no job classes up "
                        "front; each job's module is imported from its path when it runs")
-    db = Database(common.dsn(args), schema=common.schema(args), min_size=2,
+    # No pooled connection kept at rest: an idle worker holds its LISTEN connection,
+    # which serves its few calls a minute (Pool.trim, db.Listener; issue 31).
+    db = Database(common.dsn(args), schema=common.schema(args), min_size=0, max_idle=10.0,
                   application_name=f"jobwarden-worker:{config.host}"[:63],
-                  max_size=max(4, min(config.concurrency + 4, 20)))
+                  max_size=max(4, min(config.concurrency + 4, 20)),
+                  listen_dsn=args.listen_dsn or settings.env_listen_dsn())
     try:
         common.check_schema_current(db)
         try:
@@ -110,6 +126,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
             raise errors.ConfigurationError(
                 f"--http-port {config.http_port} is already in use on {config.http_host}: "
                 "pick another port (or stop what listens there)") from None
-        return worker.run()
+        code = worker.run()
+        # Ctrl-C drains like SIGTERM, and then says so as a shell does (docs/cli.md);
+        # SIGTERM (Kubernetes stopping the pod) is a normal stop, 0.
+        if code == EXIT_OK and worker.stop_signal == signal.SIGINT:
+            return EXIT_INTERRUPTED
+        return code
     finally:
         db.close()

@@ -15,7 +15,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from jobwarden.client import Client
+from jobwarden.api.client import Client
 from jobwarden.console import actions, pages, rendering, security
 from jobwarden.console.settings import ConsoleSettings
 
@@ -24,11 +24,27 @@ logger = logging.getLogger("jobwarden.console")
 Next = Callable[[Request], Awaitable[Response]]
 
 
-class Guard(BaseHTTPMiddleware):
-    """Auth, the session cookie behind CSRF tokens, security headers and an access log.
+def _secured(response: Response) -> Response:
+    for key, value in security.HEADERS.items():
+        response.headers.setdefault(key, value)
+    return response
 
-    The access log names the method, the route's path (never the query string,
-    which may hold search text taken from job data), the status and the time.
+
+def server_error(_request: Request, _exc: Exception) -> Response:
+    """The last resort (an error in the middleware itself): still with the headers."""
+    return _secured(PlainTextResponse("internal error: see the console's log",
+                                      status_code=500))
+
+
+class Guard(BaseHTTPMiddleware):
+    """Allowed hosts, auth, the session cookie behind CSRF tokens, security headers,
+    an access log, and a 500 page for anything a view did not expect.
+
+    The Host check comes first: a request for another host name (DNS rebinding)
+    gets no page, no session and no CSRF token. Every response, errors included,
+    carries the security headers. The access log names the method, the route's
+    path (never the query string, which may hold search text taken from job
+    data), the status and the time.
     """
 
     def __init__(self, app: Any, *, settings: ConsoleSettings) -> None:
@@ -39,7 +55,11 @@ class Guard(BaseHTTPMiddleware):
         started = time.perf_counter()
         response: Response
         session = request.cookies.get(security.SESSION_COOKIE)
-        if not security.authorized(request, self.settings.token):
+        if not self.settings.host_allowed(request.headers.get("host")):
+            response = PlainTextResponse(
+                "refused: this console does not answer to that Host name; start it with "
+                "--allowed-host NAME to serve it under another name", status_code=421)
+        elif not security.authorized(request, self.settings.token):
             response = PlainTextResponse(
                 "authentication required", status_code=401,
                 headers={"WWW-Authenticate": 'Basic realm="Jobwarden console"'})
@@ -49,13 +69,18 @@ class Guard(BaseHTTPMiddleware):
             fresh = session is None and not request.url.path.startswith("/static/")
             current = session or security.new_session()
             request.state.session = current
-            response = await call_next(request)
+            try:
+                response = await call_next(request)
+            except Exception:
+                logger.exception("%s %s failed", request.method, request.url.path)
+                response = PlainTextResponse("internal error: see the console's log",
+                                             status_code=500)
+                fresh = False
             if fresh:
                 response.set_cookie(security.SESSION_COOKIE, current, httponly=True,
                                     samesite="strict", secure=request.url.scheme == "https",
                                     path="/")
-        for key, value in security.HEADERS.items():
-            response.headers.setdefault(key, value)
+        _secured(response)
         logger.info("%s %s %d %.1fms", request.method, request.url.path, response.status_code,
                     (time.perf_counter() - started) * 1000)
         return response
@@ -69,7 +94,10 @@ def build_app(client: Client, settings: ConsoleSettings) -> Starlette:
         Route("/", context.page(pages.overview)),
         Route("/queues", context.page(pages.queues)),
         Route("/jobs", context.page(pages.jobs)),
-        Route("/jobs/{job_id:int}", context.page(pages.job)),
+        Route("/jobs/go", context.redirect(pages.jump)),
+        # Not {job_id:int}: its int() of thousands of digits raised inside the router
+        # (a 500); the view checks the id and says what is wrong.
+        Route("/jobs/{job_id}", context.page(pages.job)),
         Route("/schedules", context.page(pages.schedules)),
         Route("/schedules/{name:path}", context.page(pages.schedule)),
         Route("/leases", context.page(pages.leases)),
@@ -79,5 +107,5 @@ def build_app(client: Client, settings: ConsoleSettings) -> Starlette:
         Mount("/static", StaticFiles(packages=[("jobwarden.console", "static")]),
               name="static"),
     ]
-    return Starlette(routes=routes,
-                     middleware=[Middleware(Guard, settings=settings)])
+    return Starlette(routes=routes, middleware=[Middleware(Guard, settings=settings)],
+                     exception_handlers={Exception: server_error})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import re
 import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -21,15 +22,20 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from jobwarden import errors
-from jobwarden.client import Client
-from jobwarden.console import security
+from jobwarden.api.client import Client
+from jobwarden.console import charts, inputs, security
 from jobwarden.console.settings import ConsoleSettings
 from jobwarden.structs.search import BULK_STATUSES, JobFilter, parse_time
 from jobwarden.structs.states import JobStatus
+from jobwarden.textrules import echo
 
 View = Callable[["Context", Request], tuple[str, dict[str, Any]]]
 #: An action returns where to redirect to, or a (template, data) page to render.
 Action = Callable[["Context", Mapping[str, str]], "str | tuple[str, dict[str, Any]]"]
+
+class NotFound(LookupError):
+    """What a page or action names does not exist (404), e.g. an unknown host."""
+
 
 NAV = [("/", "Overview"), ("/queues", "Queues"), ("/jobs", "Jobs"),
        ("/schedules", "Schedules"), ("/leases", "Leases"), ("/hosts", "Hosts")]
@@ -40,6 +46,8 @@ class Context:
     client: Client
     settings: ConsoleSettings
     env: jinja2.Environment
+    #: The overview's charts: settled minutes kept by this process (console/charts.py).
+    history: charts.FinishedHistory = dataclasses.field(default_factory=charts.FinishedHistory)
 
     def render(self, request: Request, template: str, data: dict[str, Any],
                status_code: int = 200) -> HTMLResponse:
@@ -58,8 +66,10 @@ class Context:
     def page(self, view: View) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
             try:
+                inputs.check_fields("query parameter", request.query_params.multi_items())
+                inputs.check_fields("path parameter", request.path_params.items())
                 template, data = view(self, request)
-            except errors.JobNotFound as exc:
+            except (errors.JobNotFound, NotFound) as exc:
                 return self.render(request, "error.html", {"message": str(exc)}, 404)
             except ValueError as exc:
                 return self.render(request, "error.html", {"message": str(exc)}, 400)
@@ -85,8 +95,9 @@ class Context:
             if handler is None:
                 return self.render(request, "error.html", {"message": "no such action"}, 404)
             try:
+                inputs.check_fields("form field", form.items())
                 target = await run_in_threadpool(handler, self, form)
-            except errors.JobNotFound as exc:
+            except (errors.JobNotFound, NotFound) as exc:
                 return self.render(request, "error.html", {"message": str(exc)}, 404)
             except ValueError as exc:
                 return self.render(request, "error.html", {"message": str(exc)}, 400)
@@ -94,6 +105,34 @@ class Context:
                 return self.render(request, *target)
             return RedirectResponse(target, status_code=303)
         return endpoint
+
+
+    def redirect(self, view: Callable[[Context, Request], str]) -> Callable[[Request], Response]:
+        """A GET answered with a redirect (303) to where ``view`` says; errors as pages."""
+        def endpoint(request: Request) -> Response:
+            try:
+                inputs.check_fields("query parameter", request.query_params.multi_items())
+                target = view(self, request)
+            except (errors.JobNotFound, NotFound) as exc:
+                return self.render(request, "error.html", {"message": str(exc)}, 404)
+            except ValueError as exc:
+                return self.render(request, "error.html", {"message": str(exc)}, 400)
+            return RedirectResponse(target, status_code=303)
+        return endpoint
+
+
+#: A job id as typed: digits, optionally after "#" (as the CLI and live view print it).
+_JOB_ID = re.compile(r"#?([0-9]{1,19})")
+#: Job ids are bigint (0001_jobs.sql).
+MAX_JOB_ID = 2**63 - 1
+
+
+def parse_job_id(text: str) -> int:
+    """A job id from a form or query field; ValueError (a 400) for anything else."""
+    found = _JOB_ID.fullmatch(text.strip())
+    if found is None or not 1 <= int(found.group(1)) <= MAX_JOB_ID:
+        raise ValueError(f"not a job id: {echo(text)} (a whole number from 1 to {MAX_JOB_ID})")
+    return int(found.group(1))
 
 
 def with_notice(path: str, notice: str) -> str:
@@ -162,8 +201,23 @@ def overview(ctx: Context, request: Request) -> tuple[str, dict[str, Any]]:
     }
     failures = client.search(JobFilter(statuses=(JobStatus.FAILED, JobStatus.INTERRUPTED)),
                              limit=10)
+    running = client.running(limit=RUNNING_SHOWN)
+    now = client.db.jobs.now()
     return "overview.html", {"title": "Overview", "queues": queues, "totals": totals,
-                             "failures": failures, "live_url": "/?partial=1"}
+                             "failures": failures, "running": running, "now": now,
+                             "charts": charts.overview_charts(ctx.history.series(client.db, now)),
+                             "live_url": "/?partial=1"}
+
+
+#: Running jobs listed on the overview (the card above counts them all).
+RUNNING_SHOWN = 20
+
+
+def jump(ctx: Context, request: Request) -> str:
+    """The header's "job id" form: to that job's page, or a 404 page saying none has it."""
+    job_id = parse_job_id(request.query_params.get("id", ""))
+    ctx.client.job(job_id)  # JobNotFound: a 404 page here, not a redirect to one
+    return f"/jobs/{job_id}"
 
 
 def queues(ctx: Context, request: Request) -> tuple[str, dict[str, Any]]:
@@ -175,9 +229,7 @@ def jobs(ctx: Context, request: Request) -> tuple[str, dict[str, Any]]:
     params = request.query_params
     where = filter_from(params, ctx.client.db.now())
     before_text = params.get("before") or ""
-    if before_text and not before_text.isdigit():
-        raise ValueError("before must be a job id")
-    before = int(before_text) if before_text else None
+    before = parse_job_id(before_text) if before_text else None
     page = ctx.client.search(where, before=before, limit=ctx.settings.page_size)
     query = filter_query(params)
     older = None
@@ -195,7 +247,7 @@ def jobs(ctx: Context, request: Request) -> tuple[str, dict[str, Any]]:
 
 
 def job(ctx: Context, request: Request) -> tuple[str, dict[str, Any]]:
-    job_id: int = request.path_params["job_id"]
+    job_id = parse_job_id(request.path_params["job_id"])
     record = ctx.client.job(job_id)
     attempts = ctx.client.db.jobs.attempts(job_id)
     holders = ctx.client.db.leases.read(record.lease_name) if record.lease_name else []

@@ -72,9 +72,10 @@ def csrf_token(secret: bytes, session: str) -> str:
 
 
 def csrf_ok(secret: bytes, session: str | None, offered: str | None) -> bool:
-    if not session or not offered:
+    # compare_digest takes str only when ASCII (TypeError otherwise: a 500).
+    if not session or not offered or not offered.isascii():
         return False
-    return hmac.compare_digest(csrf_token(secret, session), offered)
+    return hmac.compare_digest(csrf_token(secret, session).encode(), offered.encode())
 
 
 def same_origin(request: Request) -> bool:

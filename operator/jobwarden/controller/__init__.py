@@ -1,18 +1,22 @@
 """The Kubernetes side of Jobwarden: a kopf operator (``jobwarden operator``).
 
 The only package allowed to import kopf or the Kubernetes client (checked by
-tests/unit/test_layering.py). One module per concern:
+tests/unit/test_layering.py). One package per resource kind, one for what the
+kinds share:
+
+``jobschedules/``   JobSchedule: row <-> resource, its status, per-run Events
+``exclusivejobs/``  ExclusiveJob: job row <-> resource, its status
+``workerpools/``    WorkerPool: spec -> pod template, rollout and status decisions
+``podruns/``        pod runs, operator side: run pods, their fates, the pass
+``kube/``           the API client, the one pod adapter, cache, Events, conditions
+
+and the operator process itself:
 
 ``config``          settings from the environment the Helm chart sets
 ``specs``           typed, pure parsing of JobSchedule / ExclusiveJob specs
-``status``          pure decisions: conditions, phases, status patches, Events
-``schedules``       JobSchedule handlers (row <-> resource)
-``exclusive_jobs``  ExclusiveJob handlers (job row <-> resource)
-``periodic``        schedule runner, reaper, gauges, each under a database lease
-``events``          posting Kubernetes Events through kopf
 ``runtime``         what the handlers of one operator instance share
+``handlers``        the kopf wiring every kind shares (cache, changes, the pod watch)
+``resyncing``       the resync loop: time-driven passes of every cached object
+``periodic``        schedule runner, reaper, gauges, each under a database lease
 ``app``             kopf settings, registry, HTTP, process lifecycle
-
-WorkerPool reconciliation (worker pods, drain-first rollouts) is added as a
-``pools`` module registered in ``app.RESOURCE_MODULES``.
 """

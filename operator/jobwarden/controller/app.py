@@ -34,24 +34,26 @@ import logging
 import re
 import time
 import urllib.parse
+import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 
 import kopf
 
-from jobwarden.controller import (
-    exclusive_jobs,
-    periodic,
-    podrunning,
-    pools,
-    resyncing,
-    schedules,
-)
-from jobwarden.controller.caching import ObjectCache
+from jobwarden.api.client import Client
+from jobwarden.controller import periodic, resyncing, specs
 from jobwarden.controller.config import OperatorConfig
-from jobwarden.controller.runtime import Runtime
+from jobwarden.controller.exclusivejobs import reconciler as exclusivejobs
+from jobwarden.controller.jobschedules import reconciler as jobschedules
+from jobwarden.controller.kube.caching import ObjectCache
+from jobwarden.controller.kube.client import KubeClient
+from jobwarden.controller.kube.pods import KubePods
+from jobwarden.controller.podruns import reconciler as podruns
+from jobwarden.controller.runtime import KopfState, Runtime
+from jobwarden.controller.workerpools import reconciler as workerpools
 from jobwarden.db.database import Database
-from jobwarden.health import HealthServer
+from jobwarden.observability import metrics
+from jobwarden.observability.health import HealthServer
 
 logger = logging.getLogger("jobwarden.controller")
 
@@ -61,7 +63,7 @@ ANNOTATIONS_PREFIX = "kopf.jobwarden.io"
 READY_DB_GRACE_SECONDS = 30.0
 
 #: One module per custom resource; each has ``register(registry, runtime)``.
-RESOURCE_MODULES = (schedules, exclusive_jobs, pools, podrunning)
+RESOURCE_MODULES = (jobschedules, exclusivejobs, workerpools, podruns)
 
 
 def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
@@ -156,17 +158,31 @@ class PeeringPause(logging.Filter):
 
     LOGGER = "kopf._core.engines.peering"
 
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, state: KopfState) -> None:
         super().__init__()
-        self.runtime = runtime
+        self.state = state
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
         if message.startswith(("Pausing operations", "Pausing all operators")):
-            self.runtime.paused = True
+            self.state.paused = True
         elif message.startswith("Resuming operations"):
-            self.runtime.paused = False
+            self.state.paused = False
         return True
+
+
+def build_runtime(db: Database, config: OperatorConfig) -> Runtime:
+    """The one place an operator's collaborators are made and handed to its Runtime."""
+    metrics.prime_operator()
+    kube = KubeClient()
+    pods = KubePods(kube)
+    return Runtime(
+        db=db, config=config, client=Client(database=db), kube=kube, pods=pods,
+        pod_runs=podruns.PodRuns(db, cluster=config.cluster, pods=pods,
+                                    cache=ObjectCache()),
+        owner=f"operator:{config.pod_name}:{uuid.uuid4().hex[:8]}",
+        source=specs.source_of(config.cluster),
+        kopf=KopfState(paused=bool(config.peering)))
 
 
 # -- the process ---------------------------------------------------------------------------
@@ -178,13 +194,12 @@ class Operator:
     def __init__(self, db: Database, config: OperatorConfig, *,
                  login: Callable[..., kopf.ConnectionInfo | None] | None = None) -> None:
         self.config = config
-        self.runtime = Runtime(db, config)
-        self.runtime.pod_runs = podrunning.PodRuns(self.runtime, cache=ObjectCache())
+        self.runtime = build_runtime(db, config)
         self.registry = build_registry(self.runtime, login=login)
         self.loops, self.gauges = periodic.loops(self.runtime)
         self.periodic = periodic.Periodic(self.runtime, self.loops)
         self.resync = resyncing.Resync(self.runtime)
-        self._peering = PeeringPause(self.runtime)
+        self._peering = PeeringPause(self.runtime.kopf)
         self.http: HealthServer | None = None
         # No kopf stop flag: after a stop by signal kopf leaves the flag's waiter task
         # pending and waits its hung-task timeout (5 s) for it. stop() cancels kopf's

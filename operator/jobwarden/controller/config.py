@@ -16,11 +16,21 @@ import os
 import socket
 from collections.abc import Mapping
 
-from jobwarden import settings
+from jobwarden import errors, settings
 
 
 def _float(env: Mapping[str, str], name: str, default: float, *, minimum: float = 0.05) -> float:
     return settings.env_number(name, default, minimum=minimum, env=env)
+
+
+def _grace(env: Mapping[str, str]) -> int:
+    """``JOBWARDEN_OWNER_GRACE_SECONDS``: whole seconds, 5 to 86400 (the table's CHECK)."""
+    value = int(settings.env_number("JOBWARDEN_OWNER_GRACE_SECONDS", 300, integer=True,
+                                    minimum=5, env=env))
+    if value > 86_400:
+        raise errors.ConfigurationError(
+            f"JOBWARDEN_OWNER_GRACE_SECONDS must be at most 86400, not {value}")
+    return value
 
 
 def peering_priority(pod_name: str) -> int:
@@ -68,6 +78,19 @@ class OperatorConfig:
     #: ...and the client gives up on a stream that long after that (a silently dead stream).
     watch_client_timeout: float = 330.0
     watch_connect_timeout: float = 10.0
+    #: The schedule rows this operator wrote keep firing this long after its last
+    #: confirmation (``JOBWARDEN_OWNER_GRACE_SECONDS``); then every runner suspends them
+    #: until an operator of this cluster returns (docs/schedules.md, "Rows whose owner
+    #: is gone"). It bounds how long a JobSchedule deleted while no operator runs fires.
+    owner_grace_seconds: int = 300
+    #: /healthz fails while a periodic loop or the resync loop has been in one pass
+    #: longer than this (``JOBWARDEN_STALL_SECONDS``; see ``looping.Progress``).
+    stall_seconds: float = 120.0
+
+    @property
+    def owner_renew_seconds(self) -> float:
+        """How often the confirmation is renewed: a fifth of the grace, at most 30 s."""
+        return min(self.owner_grace_seconds / 5, 30.0)
 
     def loop_lease_ttl(self, interval: float) -> float:
         if self.loop_lease_seconds > 0:
@@ -104,4 +127,6 @@ class OperatorConfig:
                                         server_timeout + 30.0, minimum=1.0),
             watch_connect_timeout=_float(env, "JOBWARDEN_WATCH_CONNECT_TIMEOUT", 10.0,
                                          minimum=1.0),
+            owner_grace_seconds=_grace(env),
+            stall_seconds=settings.env_duration("JOBWARDEN_STALL_SECONDS", 120.0, env=env),
         )

@@ -10,24 +10,46 @@ namespace) every such object hung in Terminating. So:
 
 * create/update/resume run the reconciler through kopf (no finalizer needed);
 * every watched object is kept in the kind's cache (kopf's indexing step feeds
-  it, see :mod:`jobwarden.controller.caching`), and the operator-level resync
+  it, see :mod:`jobwarden.controller.kube.caching`; for the kinds registered
+  with ``indexed=False``, the event handler does), and the operator-level resync
   loop (:mod:`jobwarden.controller.resyncing`) reconciles each cached object
   every ``interval`` seconds, or at once when nudged (a pool's pod changed):
   the time-driven work kopf timers did, with one loop for the whole operator;
 * deletion is observed, not blocked: the watch's DELETED event runs the kind's
   deleter at once, and what a deletion while no operator ran left behind is
   swept by the resync loop (see docs/operator.md, "Deletion and finalizers").
+
+Why the kinds that come by the thousand (JobSchedule, ExclusiveJob) are not
+kopf-indexed: kopf holds every object's handlers until every indexed object has
+been indexed, with one readiness toggle per object on one asyncio condition;
+each object indexed wakes every object still waiting, so the initial listing
+costs O(N^2) wake-ups (93 s for 3,100 objects, ~15 minutes at 10,000;
+docs/benchmarks.md, "Operator at scale"). Their handlers need no complete cache
+of their own kind (a pass reads its own object and the database), and the
+resync loop's sweep works from its own listing, so their cache is fed by the
+event handler instead. Pods and WorkerPools stay indexed: a pool's pass counts
+its pods, and a half-filled pod cache would make it create pods again.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
-from typing import Any
+from collections.abc import Callable, Hashable, Mapping
+from typing import Any, cast
 
 import kopf
 
-from jobwarden.controller.kinds import Deleter, Kind, Reconciler, Sweeper
+from jobwarden.controller.kube import caching, resource_metrics
+from jobwarden.controller.kube.kinds import (
+    UNSEEN,
+    Deleter,
+    Fingerprinter,
+    Kind,
+    Mark,
+    Reconciler,
+    Sweeper,
+)
 from jobwarden.controller.runtime import Runtime
 
 logger = logging.getLogger("jobwarden.controller")
@@ -48,18 +70,38 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime, *, kind: str,
              resource: tuple[str, str, str], reconciler: Reconciler,
              deleter: Deleter | None = None, sweeper: Sweeper | None = None,
              interval: float | None = None, backoff: float = 5,
-             change_id: str = "reconcile") -> Kind:
+             change_id: str = "reconcile", indexed: bool = True,
+             fingerprinter: Fingerprinter | None = None) -> Kind:
     """Wire ``reconciler`` for ``resource`` and add the kind to the resync loop's."""
     group, version, plural = resource
     watched = Kind(name=kind, resource=resource, reconciler=reconciler, deleter=deleter,
-                   sweeper=sweeper,
+                   sweeper=sweeper, fingerprinter=fingerprinter,
                    interval=runtime.config.status_interval if interval is None else interval)
     runtime.kinds.append(watched)
 
     def on_change(body: kopf.Body, patch: kopf.Patch, reason: str, **_: Any) -> None:
+        uid = str((body.get("metadata") or {}).get("uid"))
         with watched.lock(body):
+            # The newer of kopf's body and the cache's: a resync pass may have written
+            # the status since kopf's event (its answer is cached), and a pass from the
+            # older status would report the same transitions again.
+            cached = watched.cache.get(uid)
+            if cached is not None and newer(cached, body):
+                merged = dict(body)
+                merged["status"] = cached.get("status") or {}
+                body = kopf.Body(cast(kopf.RawBody, merged))
+            # The digest before the pass reads anything: a change after it shows in the
+            # resync loop's next digest, and the object is passed again then.
+            digest = digest_of(fingerprinter, body) if fingerprinter is not None else None
             counted(runtime, kind, reconciler.reconcile, body=body, patch=patch,
                     trigger=str(reason))
+            if fingerprinter is not None:
+                mark = watched.marks.get(uid)
+                watched.marks[uid] = Mark(digest=digest,
+                                          hot_until=mark.hot_until if mark else 0.0)
+            # kopf sends the patch after this returns; the resync loop must already
+            # read the status it will hold (no second Event for one transition).
+            watched.cache.amend_status(uid, patch.get("status"))
 
     for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
         decorator(group, version, plural, registry=registry, id=change_id,
@@ -68,27 +110,80 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime, *, kind: str,
     def cache_it(body: kopf.Body, **_: Any) -> None:
         # kopf's indexing step: before any handler, and before kopf's readiness.
         watched.cache.put(dict(body))
+        resource_metrics.observe(kind, body)
 
-    kopf.index(group, version, plural, registry=registry, id=f"{plural}-cache")(cache_it)
+    if indexed:
+        kopf.index(group, version, plural, registry=registry, id=f"{plural}-cache")(cache_it)
 
     def on_event(type: str | None, body: kopf.Body, **_: Any) -> None:
         seen(runtime)
         if type != "DELETED":
+            if not indexed:
+                cache_it(body)
             return
         meta = body.get("metadata", {})
         watched.cache.remove(str(meta.get("uid")))
+        watched.marks.pop(str(meta.get("uid")), None)
         if deleter is not None:
             deleted(runtime, watched, body)
+        # After the deleter: a gauge pass between the two would export the row's series again.
+        resource_metrics.forget(kind, body)
         logger.debug("%s %s/%s deleted", kind, meta.get("namespace"), meta.get("name"))
 
     kopf.on.event(group, version, plural, registry=registry, id=f"{plural}-events")(on_event)
     return watched
 
 
+def watch_pods(registry: kopf.OperatorRegistry, runtime: Runtime, *, name: str,
+               labels: dict[str, Any], cache: caching.ObjectCache,
+               nudge: Callable[[Mapping[str, Any]], None],
+               deleted: Callable[[dict[str, Any]], None] | None = None) -> None:
+    """Watch the pods the operator made (``labels``): keep them in ``cache``, wake their owner.
+
+    The one pod watch of every kind that owns pods (worker pods, run pods): kopf's
+    indexing step feeds the cache before any handler runs; a pod whose body changed
+    nudges its owner (``nudge(body)``); a DELETED event drops it from the cache,
+    hands it to ``deleted`` (a run pod is judged at once), then nudges its owner.
+    """
+    def cache_pod(body: kopf.Body, **_: Any) -> None:
+        if cache.put(dict(body)):
+            nudge(body)
+
+    def on_pod_event(type: str | None, body: kopf.Body, **_: Any) -> None:
+        seen(runtime)
+        if type == "DELETED":
+            cache.remove(str(body.get("metadata", {}).get("uid")))
+            if deleted is not None:
+                deleted(dict(body))
+            nudge(body)
+
+    kopf.index("", "v1", "pods", registry=registry, id=f"{name}-cache",
+               labels=labels)(cache_pod)
+    kopf.on.event("", "v1", "pods", registry=registry, id=f"{name}-events",
+                  labels=labels)(on_pod_event)
+
+
+def digest_of(fingerprinter: Fingerprinter, body: kopf.Body) -> Hashable | None:
+    """The object's digest now; UNSEEN when it cannot be read (the resync loop then
+    passes the object at its next interval, as it would without digests)."""
+    uid = str((body.get("metadata") or {}).get("uid"))
+    try:
+        return fingerprinter.fingerprints([body]).get(uid, UNSEEN)
+    except Exception as exc:
+        logger.debug("no digest of %s: %s", uid, exc)
+        return UNSEEN
+
+
+def newer(cached: dict[str, Any], body: Any) -> bool:
+    """Is the cached body of a later resourceVersion than kopf's ``body``?"""
+    ours, theirs = caching.version_of(cached), caching.version_of(body)
+    return ours is not None and theirs is not None and ours > theirs
+
+
 def seen(runtime: Runtime) -> None:
     """A kopf event handler ran: every indexed kind is listed, and kopf's context is known."""
-    if runtime.kopf_context is None:
-        runtime.kopf_context = contextvars.copy_context()
+    if runtime.kopf.context is None:
+        runtime.kopf.context = contextvars.copy_context()
     runtime.indexed.set()
 
 

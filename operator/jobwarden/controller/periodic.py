@@ -13,7 +13,7 @@ decides "one job per slot", the reaper's claims are fenced), so a pass that
 outlives its lease costs a duplicate query, never a duplicate job. What the
 lease does guarantee is that the database-wide gauges are exported by one
 process only: the gauge loop's lease is ``jobwarden:gauges``, which workers that
-serve /metrics compete for too (:mod:`jobwarden.gauges`); a process that does
+serve /metrics compete for too (:mod:`jobwarden.maintenance.gauges`); a process that does
 not hold it removes what it exported, so a ``sum()`` never multiplies queue depth.
 
 A failing pass is logged and counted and the loop goes on: the loops never
@@ -29,19 +29,19 @@ import logging
 import threading
 from collections.abc import Callable
 
-from jobwarden import errors, gauges, reaper, retention
+from jobwarden import errors
 from jobwarden.controller.runtime import Runtime
 from jobwarden.db.database import Database
-from jobwarden.looping import PeriodicTask, TaskLoop
-from jobwarden.schedules import runner
+from jobwarden.maintenance import gauges, reaper, retention
+from jobwarden.maintenance.looping import LoopLease, PeriodicTask, TaskLoop, stalled
+from jobwarden.schedules import periods, runner
 
 logger = logging.getLogger("jobwarden.controller.periodic")
 
 LEASE_PREFIX = "operator:"
 
 
-#: The operator's loop lease is the shared holder of :mod:`jobwarden.gauges`.
-LoopLease = gauges.LoopLease
+#: The operator's loop lease is the shared holder of :mod:`jobwarden.maintenance.gauges`.
 
 
 @dataclasses.dataclass
@@ -53,6 +53,8 @@ class Loop:
     standby: Callable[[], None] | None = None
     #: The loop's lease (default ``operator:<name>``).
     lease: str | None = None
+    #: After a pass: seconds until the next one is due, if sooner than ``interval``.
+    next_in: Callable[[], float | None] | None = None
 
 
 class Periodic:
@@ -72,7 +74,8 @@ class Periodic:
         self.tasks = {
             loop.name: PeriodicTask(name=f"loop {loop.name}", interval=loop.interval,
                                     run=loop.run, gate=functools.partial(self._hold, loop.name),
-                                    standby=loop.standby, first_delay=0.0)
+                                    standby=loop.standby, first_delay=0.0,
+                                    next_in=loop.next_in)
             for loop in loops
         }
 
@@ -94,7 +97,9 @@ class Periodic:
         dead = [t.name for t in self._threads if not t.is_alive()]
         if dead and not self._stop.is_set():
             return False, f"periodic thread(s) died: {', '.join(dead)}"
-        return True, "ok"
+        stuck = stalled([task.progress for task in self.tasks.values()],
+                        self.runtime.config.stall_seconds)
+        return (False, stuck) if stuck else (True, "ok")
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -123,28 +128,59 @@ def reap(db: Database) -> int:
     return reaper.reap(db)
 
 
-def run_schedules(db: Database) -> None:
-    """Enqueue due slots (the runner never raises; it counts and logs its errors)."""
+def run_schedules(db: Database, runtime: Runtime | None = None) -> None:
+    """Enqueue due slots (the runner never raises; it counts and logs its errors), then
+    wake the pod-run resources whose slots were enqueued, so their pods are claimed and
+    created now rather than at their next status refresh."""
     report = runner.enqueue_due(db)
     if report.enqueued or report.errors:
         logger.info("schedule runner: %d enqueued, %d duplicates, %d skipped, %d missed, "
                     "%d errors", report.enqueued, report.duplicates, report.skipped,
                     report.missed, report.errors)
+    if runtime is not None and report.pod_runs:
+        nudge_pod_runs(runtime, report.pod_runs)
+
+
+#: Woken this long after the next slot: a pass that comes a hair early (the database's
+#: clock against this host's) would find nothing due and come again only after the
+#: loop's shortest wait.
+SLOT_MARGIN_SECONDS = 0.05
+
+
+def next_slot_in(db: Database) -> float | None:
+    """Seconds until the schedule loop's next pass is due for a slot (None: nothing)."""
+    found = db.schedules.seconds_to_next_slot()
+    return None if found is None else found + SLOT_MARGIN_SECONDS
+
+
+def nudge_pod_runs(runtime: Runtime, pod_runs: set[str]) -> None:
+    """Wake this operator's reconcile of each resource named ``<Kind>/<ns>/<name>`` it
+    caches (a resource of another cluster is that cluster's operator's: its own status
+    refresh claims it)."""
+    wanted = {tuple(ref.split("/", 2)) for ref in pod_runs}
+    for kind in runtime.kinds:
+        for body in kind.cache.bodies():
+            meta = body.get("metadata") or {}
+            if (kind.name, meta.get("namespace"), meta.get("name")) in wanted:
+                kind.nudge(str(meta.get("uid")))
 
 
 def loops(runtime: Runtime) -> tuple[list[Loop], gauges.DatabaseGauges]:
     config = runtime.config
-    exported = gauges.DatabaseGauges(runtime.db)
+    exported = gauges.DatabaseGauges(runtime.db, period_of=periods.period_seconds)
     kept = retention.RetentionSettings.from_env()
     cleanup = retention.Retention(runtime.db, kept)
     return [
+        # Woken at the next slot (one index probe after each pass), not only every
+        # interval: a slot's job is enqueued when it is due (bench/cronjob.py).
         Loop(name="schedules", interval=config.schedule_interval,
-             run=lambda: run_schedules(runtime.db)),
+             run=lambda: run_schedules(runtime.db, runtime),
+             next_in=lambda: next_slot_in(runtime.db)),
         Loop(name="reaper", interval=config.reap_interval, run=lambda: reap(runtime.db)),
-        # The gauge lease is shared with workers that serve /metrics (jobwarden.gauges).
+        # The gauge lease is shared with workers that serve /metrics (jobwarden.maintenance.gauges).
         Loop(name="gauges", interval=config.gauge_interval, run=exported,
              standby=exported.clear, lease=gauges.LEASE_NAME),
-        # Shared with the workers' retention task (jobwarden.upkeep): one of them runs it.
+        # Shared with the workers' retention task (extensions.retention): one of them runs it.
         Loop(name="retention", interval=kept.interval if kept.enabled else 0.0,
              run=cleanup.run_pass, lease=retention.LEASE_NAME),
     ], exported

@@ -7,17 +7,31 @@ for the others), or at once when nudged (a pod of a pool changed), an object
 is reconciled from its cached body, and the status patch the reconciler built
 is sent with one merge PATCH of the status subresource (only when it is not
 empty: an idle object costs no API call). The answer goes back into the cache.
+A kind with a fingerprinter (JobSchedule, ExclusiveJob) reads the digests of
+its due objects with one query and passes only those whose digest changed
+since their last pass (kinds.py says why), those with time-driven work, and
+those that changed lately (for :attr:`Fingerprinter.settle_seconds`): an idle
+object costs neither an API call nor a query of its own.
 
 Besides, and slowly:
 
-* verification: every cached object is read with one GET every
-  :data:`VERIFY_SECONDS` (a deletion the watch missed leaves a phantom
-  otherwise); a 404, here or on a status write, is a deletion, and the
-  kind's deleter runs as for a DELETED event;
+* verification: every :data:`VERIFY_SECONDS` each kind is listed (pages of
+  :data:`LIST_PAGE`; a few requests per kind, not one per object) and what
+  the cache holds that the listing lacks is confirmed with a GET (a deletion
+  the watch missed leaves a phantom otherwise); a 404, here or on a status
+  write, is a deletion, and the kind's deleter runs as for a DELETED event;
 * the sweep: every :data:`SWEEP_SECONDS`, a kind with a sweeper (JobSchedule)
-  compares its database rows with the cache and removes the rows of objects
-  that are gone (deleted while no operator ran, or a failed cleanup), each
-  one confirmed by a GET before anything is deleted.
+  compares its database rows with the cache and the last listing and removes
+  the rows of objects that are gone (deleted while no operator ran, or a
+  failed cleanup), each one confirmed by a GET before anything is deleted.
+  The loop lists every kind once before its first sweep, so an operator
+  whose cache is still filling does not GET every row it has not seen yet;
+* the owner's confirmation: every ``owner_renew_seconds``, once a first sweep
+  has succeeded (so an operator that returns deletes what was deleted while it
+  was away *before* runners may fire those rows again) and while sweeps have
+  not kept failing for longer than the grace, the sweeper renews this
+  operator's confirmation of its rows. Without it, runners suspend the rows
+  after the grace (docs/schedules.md, "Rows whose owner is gone").
 
 Where kopf peering pauses this replica, the loop pauses too (the cache is then
 not kept up to date, and the active replica does the work).
@@ -28,19 +42,28 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Hashable, Mapping
 from typing import Any, cast
 
 import kopf
 
-from jobwarden.controller import handlers
-from jobwarden.controller.kinds import Kind
-from jobwarden.controller.kubeclient import CustomObjects
+from jobwarden.controller import handlers, heap
+from jobwarden.controller.kube.client import CustomObjects
+from jobwarden.controller.kube.kinds import UNSEEN, Kind, Mark
 from jobwarden.controller.runtime import Runtime
+from jobwarden.maintenance.looping import Progress, stalled
+from jobwarden.observability import metrics
 
 logger = logging.getLogger("jobwarden.controller.resync")
 
-#: Every cached object is confirmed by a GET this often (seconds).
+#: Every kind is listed (and cached objects it lacks confirmed by a GET) this often.
 VERIFY_SECONDS = 300.0
+#: Objects per LIST request of the verification.
+LIST_PAGE = 500
+#: An object the loop sees before any pass started from its digest (kopf's create or
+#: resume handler has not run yet: at a start, kopf works through thousands) is left
+#: to kopf this long, then passed by the loop.
+UNSEEN_GRACE_SECONDS = 60.0
 #: Database rows without an object are looked for this often (seconds).
 SWEEP_SECONDS = 60.0
 #: The loop waits this long for kopf's first listing before it starts anyway.
@@ -59,11 +82,22 @@ class Resync:
         self._stop = threading.Event()
         self._nudged: set[tuple[str, str]] = set()
         self._due: dict[tuple[str, str], float] = {}
-        self._verified: dict[tuple[str, str], float] = {}
+        #: By kind: when it was last listed, and the (namespace, name)s listed.
+        self._listed_at: dict[str, float] = {}
+        self._listed: dict[str, set[tuple[str, str]]] = {}
+        #: Passes skipped because the digest had not changed (tests read it).
+        self.skipped = 0
         self._swept_at: float | None = None
+        #: A sweep has succeeded since start; the first failure of the current run of
+        #: failing sweeps (None: the last one succeeded); the last confirmation.
+        self._swept_ok = False
+        self._failing_since: float | None = None
+        self._confirmed_at: float | None = None
         self._thread: threading.Thread | None = None
         #: Completed loop passes (tests and /healthz read it).
         self.passes = 0
+        #: The pass in progress (/healthz: a pass stuck longer than the stall bound).
+        self.progress = Progress("resync")
         for kind in self.kinds:
             kind.nudge = self._nudger(kind)
 
@@ -91,7 +125,8 @@ class Resync:
     def alive(self) -> tuple[bool, str]:
         if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
             return False, "the resync thread died"
-        return True, "ok"
+        stuck = stalled([self.progress], self.runtime.config.stall_seconds)
+        return (False, stuck) if stuck else (True, "ok")
 
     def run(self) -> None:
         deadline = time.monotonic() + INDEX_WAIT_SECONDS
@@ -100,17 +135,25 @@ class Resync:
             self.runtime.indexed.wait(0.2)
         while not self._stop.is_set():
             if not self.runtime.paused:
+                self.progress.begin()
                 try:
                     self.run_once()
                 except Exception:  # never lose the loop; every pass is counted by kind
                     logger.exception("resync pass failed")
+                finally:
+                    self.progress.end()
                 self.passes += 1
             self._sleep()
 
     def _sleep(self) -> None:
+        """Until the next object is due, but at least half the shortest interval: the
+        objects' due times are spread, and each pass walks every cached object."""
         now = time.monotonic()
+        intervals = [kind.interval for kind in self.kinds]
         wait = min([due - now for due in self._due.values()]
-                   + [kind.interval for kind in self.kinds] + [SWEEP_SECONDS])
+                   + intervals + [SWEEP_SECONDS] + [self.runtime.config.owner_renew_seconds])
+        if intervals:
+            wait = max(wait, min(intervals) / 2)
         with self._wake:
             if not self._nudged and not self._stop.is_set():
                 self._wake.wait(max(0.01, wait))
@@ -125,21 +168,89 @@ class Resync:
             uids = set(kind.cache.uids())
             for key in [k for k in self._due if k[0] == kind.name and k[1] not in uids]:
                 self._due.pop(key, None)
-                self._verified.pop(key, None)
+                kind.marks.pop(key[1], None)
+            due: list[str] = []
             for uid in sorted(uids):
                 key = (kind.name, uid)
                 if key not in self._due:  # first sight: kopf's create/resume just ran
                     self._due[key] = now + kind.interval
-                    self._verified[key] = now
                 if key in nudged or self._due[key] <= now:
                     self._due[key] = time.monotonic() + kind.interval
-                    self.reconcile(kind, uid, trigger="nudge" if key in nudged else "resync")
-                if self._verified[key] + VERIFY_SECONDS <= now:
-                    self._verified[key] = now
-                    self.verify(kind, uid)
+                    due.append(uid)
+            digests = self.digests(kind, due, now)
+            if digests is None:
+                continue
+            for uid in due:
+                key = (kind.name, uid)
+                if key not in nudged and self.unchanged(kind, uid, digests, now):
+                    self.skipped += 1
+                    metrics.OPERATOR_PASSES_SKIPPED.labels(kind.name).inc()
+                    continue
+                self.reconcile(kind, uid, trigger="nudge" if key in nudged else "resync",
+                               digest=digests.get(uid, UNSEEN), now=now)
+        for kind in self.kinds:
+            if self._listed_at.get(kind.name, -VERIFY_SECONDS) + VERIFY_SECONDS <= now:
+                self.verify(kind)
+                self._listed_at[kind.name] = now
         if self._swept_at is None or self._swept_at + SWEEP_SECONDS <= now:
             self._swept_at = now
-            self.sweep()
+            if self.sweep():
+                self._swept_ok, self._failing_since = True, None
+            elif self._failing_since is None:
+                self._failing_since = now
+            heap.trim()  # the start's peak, freed, back to the system (heap.py)
+        self.confirm(now)
+
+    def digests(self, kind: Kind, due: list[str], now: float
+                ) -> dict[str, Hashable | None] | None:
+        """The due objects' digests (one query), {} for a kind without a fingerprinter,
+        None when they cannot be read (this pass of the kind is skipped)."""
+        if kind.fingerprinter is None or not due:
+            return {}
+        bodies = list(kind.cache.project(_identity, due).values())
+        try:
+            return kind.fingerprinter.fingerprints(bodies)
+        except Exception as exc:
+            self.runtime.failed(kind.name)
+            logger.warning("%s: digests not read, %d due object(s) passed later: %s",
+                           kind.name, len(due), exc)
+            return None
+
+    def unchanged(self, kind: Kind, uid: str, digests: dict[str, Hashable | None],
+                  now: float) -> bool:
+        """May the pass of a due object be skipped? Only with a fingerprinter, a digest
+        that is not None and equals the one its last pass started from, and no recent
+        change. An object no pass has started from yet is kopf's for a grace period."""
+        if kind.fingerprinter is None:
+            return False
+        digest = digests.get(uid, UNSEEN)
+        mark = kind.marks.get(uid)
+        if mark is None:
+            kind.marks[uid] = Mark(digest=UNSEEN, since=now)
+            return True
+        if mark.digest is UNSEEN:
+            return mark.since > 0 and now - mark.since < UNSEEN_GRACE_SECONDS
+        return digest is not None and digest is not UNSEEN and digest == mark.digest \
+            and now >= mark.hot_until
+
+    def confirm(self, now: float) -> None:
+        """Renew the owner's confirmation when it is due and the sweeps allow it."""
+        config = self.runtime.config
+        if not self._swept_ok or (self._failing_since is not None
+                                  and now - self._failing_since >= config.owner_grace_seconds):
+            return
+        if self._confirmed_at is not None \
+                and self._confirmed_at + config.owner_renew_seconds > now:
+            return
+        for kind in self.kinds:
+            if kind.sweeper is None:
+                continue
+            try:
+                kind.sweeper.confirm()
+            except Exception as exc:
+                logger.warning("%s: owner confirmation not renewed: %s", kind.name, exc)
+                return
+        self._confirmed_at = now
 
     def _in_context(self, call: Any, *args: Any, **kwargs: Any) -> Any:
         context = self.runtime.kopf_context
@@ -147,8 +258,10 @@ class Resync:
             return call(*args, **kwargs)
         return context.copy().run(call, *args, **kwargs)
 
-    def reconcile(self, kind: Kind, uid: str, *, trigger: str) -> None:
-        """One pass of one cached object, its status patch sent, the answer cached."""
+    def reconcile(self, kind: Kind, uid: str, *, trigger: str, digest: Hashable | None = None,
+                  now: float | None = None) -> None:
+        """One pass of one cached object, its status patch sent, the answer cached;
+        ``digest`` (read before the pass) is recorded as what the pass started from."""
         cached = kind.cache.get(uid)
         if cached is None or (cached.get("metadata") or {}).get("deletionTimestamp"):
             return
@@ -170,6 +283,8 @@ class Resync:
                 logger.exception("%s %s/%s: reconciliation failed", kind.name, namespace, name)
                 return
             status = dict(patch.get("status") or {})
+            if kind.fingerprinter is not None:
+                self.mark(kind, uid, digest, now if now is not None else time.monotonic())
             if set(patch) - {"status"}:
                 logger.warning("%s %s/%s: only status is patched by the resync loop, not %s",
                                kind.name, namespace, name, sorted(set(patch) - {"status"}))
@@ -182,12 +297,42 @@ class Resync:
                 logger.warning("%s %s/%s: status not written: %s", kind.name, namespace, name,
                                exc)
                 return
+            if updated is not None:
+                # Under the object's lock: a kopf handler waiting for it must read the
+                # status just written (a pass from the older one would post the same
+                # transition's Event again).
+                kind.cache.put(updated, written=True)
         if updated is None:
             self.gone(kind, body)
-        else:
-            kind.cache.put(updated)
 
-    def verify(self, kind: Kind, uid: str) -> None:
+    def mark(self, kind: Kind, uid: str, digest: Hashable | None, now: float) -> None:
+        """Record the digest a completed pass started from; a changed one keeps the
+        object passed every interval for the fingerprinter's settle time."""
+        assert kind.fingerprinter is not None
+        mark = kind.marks.get(uid)
+        hot_until = mark.hot_until if mark is not None else 0.0
+        if mark is not None and mark.by_resync and mark.digest != digest:
+            hot_until = now + kind.fingerprinter.settle_seconds
+        kind.marks[uid] = Mark(digest=digest, hot_until=hot_until, by_resync=True)
+
+    def verify(self, kind: Kind) -> None:
+        """List the kind: fresher bodies into the cache; what the cache holds and the
+        listing lacks is confirmed with a GET, and a 404 is a deletion."""
+        try:
+            listed = self.objects[kind.name].list(self.runtime.config.namespaces,
+                                                  page=LIST_PAGE)
+        except Exception as exc:
+            logger.warning("%s: cannot list it to verify the cache: %s", kind.name, exc)
+            return
+        self._listed[kind.name] = {_place(b) for b in listed}
+        uids = set()
+        for body in listed:
+            uids.add(str((body.get("metadata") or {}).get("uid")))
+            kind.cache.put(body)
+        for uid in set(kind.cache.uids()) - uids:
+            self.confirm_one(kind, uid)
+
+    def confirm_one(self, kind: Kind, uid: str) -> None:
         """Confirm a cached object with a GET; a 404 is a deletion the watch did not show."""
         cached = kind.cache.get(uid)
         if cached is None:
@@ -213,12 +358,14 @@ class Resync:
         if kind.deleter is not None:
             self._in_context(handlers.deleted, self.runtime, kind, as_body(body))
 
-    def sweep(self) -> None:
+    def sweep(self) -> bool:
+        """Every kind's sweep; False when one of them failed."""
+        ok = True
         for kind in self.kinds:
             if kind.sweeper is None:
                 continue
-            present = {(str((b.get("metadata") or {}).get("namespace")),
-                        str((b.get("metadata") or {}).get("name"))) for b in kind.cache.bodies()}
+            present = set(kind.cache.project(_place).values()) \
+                | self._listed.get(kind.name, set())
             objects = self.objects[kind.name]
 
             def exists(namespace: str, name: str, objects: CustomObjects = objects) -> bool:
@@ -227,8 +374,21 @@ class Resync:
             try:
                 kind.sweeper.sweep(present=present, exists=exists)
             except Exception as exc:
+                ok = False
                 logger.warning("%s: sweep failed (retried in %.0f s): %s", kind.name,
                                SWEEP_SECONDS, exc)
+        return ok
+
+
+def _identity(body: Mapping[str, Any]) -> dict[str, Any]:
+    """What a fingerprinter reads of a cached body (a shallow copy: not the cache's)."""
+    return {"metadata": dict(body.get("metadata") or {}), "spec": body.get("spec") or {},
+            "status": body.get("status") or {}}
+
+
+def _place(body: Mapping[str, Any]) -> tuple[str, str]:
+    meta = body.get("metadata") or {}
+    return str(meta.get("namespace")), str(meta.get("name"))
 
 
 def as_body(raw: dict[str, Any]) -> kopf.Body:

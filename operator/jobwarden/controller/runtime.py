@@ -2,7 +2,12 @@
 
 One :class:`Runtime` per operator (not module globals), so two operators can
 run in one process in tests, each against its own cluster, and so the handler
-modules receive their dependencies instead of importing them.
+modules receive their dependencies instead of importing them. It is frozen and
+built in one place (:func:`jobwarden.controller.app.build_runtime`) with every
+collaborator it hands out: nothing is filled in after construction. What does
+change while the operator runs is state, and it says so: :class:`Health` (the
+probes' inputs), :class:`KopfState` (what kopf let the operator learn), the
+``indexed`` flag and the kinds registration adds.
 """
 
 from __future__ import annotations
@@ -11,19 +16,18 @@ import contextvars
 import dataclasses
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING
 
-from jobwarden import metrics
-from jobwarden.client import Client
-from jobwarden.controller import specs
+from jobwarden.api.client import Client
 from jobwarden.controller.config import OperatorConfig
-from jobwarden.controller.kinds import Kind
-from jobwarden.controller.kubeclient import KubeClient
+from jobwarden.controller.kube.client import KubeClient
+from jobwarden.controller.kube.kinds import Kind
+from jobwarden.controller.kube.pods import KubePods
 from jobwarden.db.database import Database
+from jobwarden.observability import metrics
 
 if TYPE_CHECKING:
-    from jobwarden.controller.podrunning import PodRuns
+    from jobwarden.controller.podruns.reconciler import PodRuns
 
 
 @dataclasses.dataclass
@@ -42,34 +46,53 @@ class Health:
         self.db_checked_at = time.monotonic()
 
 
+@dataclasses.dataclass
+class KopfState:
+    """What kopf lets the operator learn while it runs (it keeps both to itself)."""
+
+    #: A context of kopf's handler threads: kopf posts Events only from such a
+    #: context, so the resync loop runs its passes in a copy of it (handlers.seen).
+    context: contextvars.Context | None = None
+    #: True while kopf peering pauses this replica for a higher-priority one (followed
+    #: from kopf's peering log, app.PeeringPause). With peering, kopf starts paused
+    #: (mandatory peering is pre-activated) and logs only the resume: a replica that
+    #: starts behind a higher-priority peer never logs "Pausing", so starting unpaused
+    #: let the standby's resync loop act (found on the real cluster tier with two
+    #: replicas).
+    paused: bool = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Runtime:
-    def __init__(self, db: Database, config: OperatorConfig) -> None:
-        self.db = db
-        self.client = Client(database=db)
-        self.config = config
-        self.source = specs.source_of(config.cluster)
-        #: This process's identity as a lease owner (unique per process, readable).
-        self.owner = f"operator:{config.pod_name}:{uuid.uuid4().hex[:8]}"
-        self.health = Health()
-        metrics.prime_operator()
-        #: The kinds this operator reconciles (handlers.register adds them).
-        self.kinds: list[Kind] = []
-        #: The operator's own Kubernetes calls (pods, status writes outside kopf).
-        self.kube = KubeClient()
-        #: Set once kopf has listed every indexed kind (its handlers run only then).
-        self.indexed = threading.Event()
-        #: A context of kopf's handler threads: kopf posts Events only from such a
-        #: context, so the resync loop runs its passes in a copy of it.
-        self.kopf_context: contextvars.Context | None = None
-        #: True while kopf peering pauses this replica for a higher-priority one. With
-        #: peering, kopf starts paused (mandatory peering is pre-activated) and logs only
-        #: the resume: a replica that starts behind a higher-priority peer never logs
-        #: "Pausing", so starting unpaused let the standby's resync loop act (found on
-        #: the real cluster tier with two replicas).
-        self.paused = bool(config.peering)
-        #: Runs in pods of their own (the operator sets it; None where only the
-        #: reconcilers are tested): the JobSchedule / ExclusiveJob passes call it.
-        self.pod_runs: PodRuns | None = None
+    db: Database
+    config: OperatorConfig
+    client: Client
+    #: The operator's own Kubernetes calls (status writes outside kopf) ...
+    kube: KubeClient
+    #: ... and its pod calls, through that client (worker pods, run pods, Secrets).
+    pods: KubePods
+    #: Runs in pods of their own: the JobSchedule / ExclusiveJob passes call it (None
+    #: where only the reconcilers are tested).
+    pod_runs: PodRuns | None
+    #: This process's identity as a lease owner (unique per process, readable).
+    owner: str
+    #: The ``source`` of the schedule rows this operator writes (its cluster's).
+    source: str
+    health: Health = dataclasses.field(default_factory=Health)
+    kopf: KopfState = dataclasses.field(default_factory=KopfState)
+    #: Set once kopf has listed every indexed kind (its handlers run only then).
+    indexed: threading.Event = dataclasses.field(default_factory=threading.Event)
+    #: The kinds this operator reconciles (handlers.register adds them while the
+    #: registry is built, before kopf starts).
+    kinds: list[Kind] = dataclasses.field(default_factory=list)
+
+    @property
+    def paused(self) -> bool:
+        return self.kopf.paused
+
+    @property
+    def kopf_context(self) -> contextvars.Context | None:
+        return self.kopf.context
 
     @staticmethod
     def reconciled(kind: str, result: str) -> None:

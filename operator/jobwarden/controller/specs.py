@@ -18,13 +18,16 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from jobwarden import schedules
 from jobwarden.schedules import validation, walltime
 from jobwarden.structs.leases import lease_name
-from jobwarden.structs.policies import CatchUp, OnBusy, Overlap
-from jobwarden.structs.schedules import ScheduleSpec
+from jobwarden.structs.policies import CATCH_UPS, ON_BUSY, OVERLAPS, CatchUp, OnBusy, Overlap
+from jobwarden.structs.schedules import ScheduleDefinition
+
+#: A word of a policy (``Overlap``, ``CatchUp``, ``OnBusy``), as :meth:`_Reader.choice` reads it.
+Word = TypeVar("Word", bound=str)
 
 #: Where every schedule row that came from Kubernetes says it came from.
 SOURCE_PREFIX = "kubernetes:"
@@ -48,7 +51,7 @@ SCHEDULE_FIELDS = ("schedule", "interval", "timeZone", *JOB_FIELDS, "catchUp",
 #: Every path under ``spec`` the ExclusiveJob parser reads.
 EXCLUSIVE_FIELDS = (*JOB_FIELDS, "concurrencyKey", "lease", "lease.ttlSeconds", "lease.onBusy",
                     "workerPool", "successfulJobsHistoryLimit", "failedJobsHistoryLimit",
-                    *POD_RUN_FIELDS)
+                    "ttlSecondsAfterFinished", *POD_RUN_FIELDS)
 #: An ExclusiveJob's pod history when unset: CronJob's defaults (its Succeeded / Failed pods).
 EXCLUSIVE_SUCCESSFUL_HISTORY = 3
 EXCLUSIVE_FAILED_HISTORY = 1
@@ -141,12 +144,13 @@ class _Reader:
             raise SpecError(path, f"must be true or false, not {value!r}")
         return value
 
-    def choice(self, path: str, allowed: tuple[str, ...], *, default: str) -> str:
+    def choice(self, path: str, allowed: tuple[Word, ...], *, default: Word) -> Word:
+        """One of ``allowed`` (a policy's words), typed as that policy."""
         value = self.string(path, default=default)
-        assert value is not None
-        if value not in allowed:
-            raise SpecError(path, f"must be one of {', '.join(allowed)}, not {value!r}")
-        return value
+        for word in allowed:
+            if value == word:
+                return word
+        raise SpecError(path, f"must be one of {', '.join(allowed)}, not {value!r}")
 
     def mapping(self, path: str) -> dict[str, Any]:
         value = self.raw(path)
@@ -198,7 +202,7 @@ class PodRunSpec:
 
     The template is kept as the user wrote it (the API server validated it
     against Kubernetes' own PodTemplateSpec schema); the operator adds its part
-    per run (jobwarden.controller.runpods).
+    per run (jobwarden.controller.podruns.pods).
     """
 
     template: dict[str, Any]
@@ -251,10 +255,11 @@ def _pod_run(reader: _Reader) -> PodRunSpec | None:
 class JobScheduleSpec:
     """A valid ``JobSchedule`` resource spec, in the schedule store's vocabulary.
 
-    Not the store's :class:`~jobwarden.structs.schedules.ScheduleSpec` (a validated
-    schedule row): :func:`parse_job_schedule` turns this one's :meth:`store_arguments`
-    into that with :func:`jobwarden.schedules.validation.validate`, once per
-    reconciliation, and keeps it as ``validated``.
+    :func:`parse_job_schedule` validates its :meth:`store_arguments` into a
+    :class:`~jobwarden.structs.schedules.ScheduleDefinition` once per reconciliation
+    and keeps that as ``validated``. The CRD's words map to the store's here
+    (``concurrencyPolicy`` is ``overlap``, ``catchUpMax`` is ``catch_up_max``: the
+    table in :mod:`jobwarden.structs.schedules`).
     """
 
     cron: str | None
@@ -275,7 +280,7 @@ class JobScheduleSpec:
     pod_run: PodRunSpec | None = None
     #: The store's validated definition of this spec (``parse_job_schedule`` sets it):
     #: what the reconciler compares (its ``spec_hash``) and applies, validated once.
-    validated: ScheduleSpec | None = None
+    validated: ScheduleDefinition | None = None
 
     def store_arguments(self) -> dict[str, Any]:
         """Keyword arguments of ``client.schedules.upsert`` (all but name and source)."""
@@ -333,17 +338,16 @@ def parse_job_schedule(spec: Mapping[str, Any] | None, *, row_name: str = "jobsc
             walltime.load_zone(timezone)
         except schedules.ScheduleError as exc:
             raise SpecError("timeZone", str(exc)) from exc
-    catch_up = reader.choice("catchUp", ("latest", "none", "all"), default="latest")
+    catch_up: CatchUp = reader.choice("catchUp", CATCH_UPS, default="latest")
     window = reader.integer("catchUpWindowSeconds", default=3600, minimum=60, maximum=2678400)
     most = reader.integer("catchUpMax", default=10, minimum=1, maximum=1000)
     assert window is not None and most is not None
-    overlap = reader.choice("concurrencyPolicy", ("Allow", "Forbid", "Replace"),
-                            default="Allow")
+    overlap: Overlap = reader.choice("concurrencyPolicy", OVERLAPS, default="Allow")
     parsed = JobScheduleSpec(
         cron=cron, interval=interval, timezone="UTC" if interval is not None else timezone,
-        job=_job(reader), catch_up=catch_up,  # type: ignore[arg-type]
+        job=_job(reader), catch_up=catch_up,
         catch_up_window_seconds=window, catch_up_max=most,
-        overlap=overlap,  # type: ignore[arg-type]
+        overlap=overlap,
         suspended=reader.boolean("suspend", default=False),
         worker_pool=reader.string("workerPool"),
         successful_history=reader.integer("successfulJobsHistoryLimit", minimum=0,
@@ -378,13 +382,15 @@ class ExclusiveJobSpec:
     #: leave every failed attempt's pod behind until the resource is deleted.
     successful_history: int = EXCLUSIVE_SUCCESSFUL_HISTORY
     failed_history: int = EXCLUSIVE_FAILED_HISTORY
+    #: Delete the resource this long after its job finished (Job's TTL); None: keep it.
+    ttl_after_finished: int | None = None
 
     @property
     def lease_name(self) -> str:
         """The lease the worker takes: ``key:<concurrencyKey>``, else ``job:<class>``.
 
         The same names a job class's ``concurrency_key`` / ``exclusive`` produce
-        (jobwarden.exclusive), so a resource and application code that use the
+        (jobwarden.extensions.exclusive), so a resource and application code that use the
         same key exclude each other.
         """
         if self.concurrency_key is not None:
@@ -403,14 +409,15 @@ def parse_exclusive_job(spec: Mapping[str, Any] | None) -> ExclusiveJobSpec:
     return ExclusiveJobSpec(
         job=job, concurrency_key=key,
         lease_ttl_seconds=reader.integer("lease.ttlSeconds", minimum=5, maximum=86400),
-        on_busy=reader.choice("lease.onBusy", ("defer", "skip", "fail"),
-                              default="defer"),  # type: ignore[arg-type]
+        on_busy=reader.choice("lease.onBusy", ON_BUSY, default="defer"),
         worker_pool=reader.string("workerPool"),
         pod_run=_pod_run(reader),
         successful_history=_or(reader.integer("successfulJobsHistoryLimit", minimum=0,
                                               maximum=10000), EXCLUSIVE_SUCCESSFUL_HISTORY),
         failed_history=_or(reader.integer("failedJobsHistoryLimit", minimum=0, maximum=10000),
                            EXCLUSIVE_FAILED_HISTORY),
+        ttl_after_finished=reader.integer("ttlSecondsAfterFinished", minimum=0,
+                                          maximum=2**31 - 1),
     )
 
 

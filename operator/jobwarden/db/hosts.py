@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from jobwarden.structs.hosts import DrainIdle, HostCount, HostState, HostStatus
+from jobwarden import version
+from jobwarden.db import migrations
+from jobwarden.structs.hosts import DrainIdle, HostCount, HostState, HostStatus, ReleaseCount
+from jobwarden.version import VERSION
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Database
@@ -14,6 +18,11 @@ if TYPE_CHECKING:
 
 #: NOTIFY topic of freed slots on capped hosts (payload: the host name).
 HOSTS_TOPIC = "hosts"
+
+
+#: host_status's columns, by name: HostStatus's fields in its order (checked against
+#: the statement by tests/db/test_named_rows.py).
+HOST_STATUS_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HostStatus))
 
 
 class HostsTable:
@@ -37,6 +46,7 @@ class HostsTable:
             self._db.execute("worker_insert", {
                 "worker": worker_id, "host": host, "pid": pid, "concurrency": concurrency,
                 "queues": list(queues), "version": code_version,
+                "release": VERSION, "schema_needs": migrations.newest_known(),
             }, conn=conn)
 
     def touch(self, *, host: str, pool: str, code_version: str) -> None:
@@ -48,9 +58,9 @@ class HostsTable:
         found = self._db.row("host_refresh", {"host": host, "worker": worker_id})
         if found is None:
             return None
-        pool, cap, draining, running, idle_marked = found
+        pool, cap, draining, running, idle_marked, draining_seconds = found
         return HostState(pool=pool, cap=cap, draining=draining, running=running,
-                         idle_marked=idle_marked)
+                         idle_marked=idle_marked, draining_seconds=float(draining_seconds))
 
     def mark_idle(self, *, host: str) -> DrainIdle | None:
         """Record that a draining host became idle; only the first observer gets a result."""
@@ -72,8 +82,11 @@ class HostsTable:
 
     def prune(self, *, stale_seconds: float) -> tuple[int, int]:
         """Forget processes and hosts not seen for ``stale_seconds``: (processes, hosts)."""
-        workers = self._db.rows("worker_prune", {"stale": stale_seconds})
-        hosts = self._db.rows("host_prune", {"stale": stale_seconds})
+        params = {"stale": stale_seconds}
+        # One transaction (one message): every process prunes, so each costs the
+        # database a transaction per prune interval, not two (issue 31).
+        workers, hosts = self._db.in_one_round_trip([("worker_prune", params),
+                                                     ("host_prune", params)])
         return len(workers), len(hosts)
 
     # -- drain, resume, caps --------------------------------------------------------
@@ -102,14 +115,16 @@ class HostsTable:
     # -- reading --------------------------------------------------------------------
 
     def status(self, *, host: str | None = None, pool: str | None = None) -> list[HostStatus]:
-        return [
-            HostStatus(name=r[0], pool=r[1], code_version=r[2], cap=r[3], running=r[4],
-                       draining=r[5], drain_reason=r[6], drain_started_at=r[7],
-                       drain_expires_at=r[8], drain_idle_at=r[9], started_at=r[10],
-                       last_seen_at=r[11], seen_seconds_ago=float(r[12]), processes=r[13],
-                       stopping_processes=r[14], slots=int(r[15]))
-            for r in self._db.rows("host_status", {"host": host, "pool": pool})
-        ]
+        return [HostStatus(**dict(zip(HOST_STATUS_COLUMNS, row, strict=True)))
+                for row in self._db.rows("host_status", {"host": host, "pool": pool})]
+
+    def releases(self) -> list[ReleaseCount]:
+        """Registered worker processes per release, oldest first (unrecorded first)."""
+        found = [ReleaseCount(release=r[0], schema_needs=r[1], workers=int(r[2]))
+                 for r in self._db.rows("worker_releases", {})]
+        return sorted(found, key=lambda c: (c.release is not None,
+                                            version.parse(c.release or "0.0.0"),
+                                            c.schema_needs or 0))
 
     def names(self, *, host: str | None = None, pool: str | None = None) -> list[str]:
         return [r[0] for r in self._db.rows("host_names", {"host": host, "pool": pool})]

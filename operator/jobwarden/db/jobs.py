@@ -7,7 +7,7 @@ import datetime
 import json
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from psycopg.types.json import Jsonb
 
@@ -26,6 +26,7 @@ from jobwarden.structs.jobs import (
     QueueStat,
     ReapedJob,
 )
+from jobwarden.structs.policies import OnBusy
 from jobwarden.structs.search import BULK_STATUSES, JobFilter
 from jobwarden.structs.states import JobStatus
 
@@ -48,22 +49,19 @@ _COPY_TYPES = ("int8", "text", "text", "jsonb", "int4", "timestamptz", "int4", "
                "bool", "text", "text", "text", "text", "float8", "text", "text")
 
 
+#: fragment_job_columns (job_get, job_list, job_search, ...), by name: the columns are
+#: named as JobRecord's fields, in its order (tests/db/test_named_rows.py checks
+#: every query that returns them), so a row is read by name, not position.
+JOB_COLUMNS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(JobRecord))
+
+#: job_attempt_list's columns: AttemptRecord's fields, by name.
+ATTEMPT_COLUMNS: tuple[str, ...] = tuple(field.name for field in dataclasses.fields(AttemptRecord))
+
+
 def _record(row: Row) -> JobRecord:
-    (id_, queue, job_class, data, priority, status, run_at, attempts, max_retries, timeout,
-     idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at, cancel_requested,
-     deferrals, lease_lost, lease_token, result, last_error, schedule_name, created_at,
-     updated_at, finished_at, trace_context, pod_run) = row
-    return JobRecord(
-        id=id_, queue=queue, job_class=job_class, data=data, priority=priority,
-        status=JobStatus(status), run_at=run_at, attempts=attempts, max_retries=max_retries,
-        timeout_seconds=timeout, idempotent=idempotent, unique_key=unique_key,
-        lease_name=lease_name, claimed_by=claimed_by, claimed_at=claimed_at,
-        heartbeat_at=heartbeat_at, cancel_requested=cancel_requested, deferrals=deferrals,
-        lease_lost=lease_lost, lease_token=lease_token, result=result, last_error=last_error,
-        schedule_name=schedule_name, created_at=created_at, updated_at=updated_at,
-        finished_at=finished_at, trace_context=trace_context,
-        pod_run=pod_run,
-    )
+    fields = dict(zip(JOB_COLUMNS, row, strict=True))
+    fields["status"] = JobStatus(fields["status"])
+    return JobRecord(**fields)
 
 
 #: A completion's result as JSON text (results are made storable before: cap_result).
@@ -89,16 +87,44 @@ def _keys_distinct(specs: Sequence[JobSpec]) -> bool:
     return len(keys) == len(set(keys))
 
 
+class ClaimColumns(NamedTuple):
+    """What every claim returns (fragment_claim_rows, job_claims_of_batch, and the first
+    columns of a pod-run claim), named as the statements name them.
+
+    A named tuple: a claimed row is read by name, for what ``_make`` costs over an
+    unpack (the claim is the hot path; ``python -m bench.growth`` measures it), and
+    tests/db/test_named_rows.py checks the statements return these names in order.
+    """
+
+    id: int
+    queue: str
+    job_class: str
+    data: Any
+    priority: int
+    attempts: int
+    max_retries: int
+    timeout_seconds: float
+    idempotent: bool
+    claim_token: uuid.UUID
+    lease_name: str | None
+    schedule_name: str | None
+    #: ``now() - run_at`` in seconds, one ``now()`` for the whole statement.
+    queue_wait: float
+    on_busy: OnBusy | None
+    lease_ttl_seconds: float | None
+    trace_context: str | None
+
+
 def claimed_row(row: Row) -> ClaimedJob:
-    """A claim row of fragment_claim_rows (also the first columns of a pod-run claim)."""
-    (id_, queue, job_class, data, priority, attempts, max_retries, timeout, idempotent, token,
-     lease_name, schedule_name, queue_wait, on_busy, lease_ttl, trace_context) = row
+    """A claim row (:class:`ClaimColumns`) as the worker's :class:`ClaimedJob`."""
+    c = ClaimColumns._make(row)
     return ClaimedJob(
-        id=id_, queue=queue, job_class=job_class, data=data, priority=priority,
-        attempt=attempts, max_retries=max_retries, timeout_seconds=timeout,
-        idempotent=idempotent, claim_token=token, lease_name=lease_name,
-        schedule_name=schedule_name, queue_wait_seconds=float(queue_wait),
-        on_busy=on_busy, lease_ttl_seconds=lease_ttl, trace_context=trace_context,
+        id=c.id, queue=c.queue, job_class=c.job_class, data=c.data, priority=c.priority,
+        attempt=c.attempts, max_retries=c.max_retries, timeout_seconds=c.timeout_seconds,
+        idempotent=c.idempotent, claim_token=c.claim_token, lease_name=c.lease_name,
+        schedule_name=c.schedule_name, queue_wait_seconds=float(c.queue_wait),
+        on_busy=c.on_busy, lease_ttl_seconds=c.lease_ttl_seconds,
+        trace_context=c.trace_context,
     )
 
 
@@ -117,6 +143,12 @@ class JobsTable:
         self._db = db
         self.channel = f"{db.schema}_{JOBS_TOPIC}"
         self.done_channel = f"{db.schema}_{DONE_TOPIC}"
+
+    def class_failed(self, job_class: str, *, error: str, host: str) -> None:
+        """A worker could not import ``job_class`` (the operator reports it on the
+        JobSchedules that run it: migration 0023)."""
+        self._db.execute("job_class_failure_record", {
+            "job_class": job_class, "error": error, "host": host})
 
     def insert_many(self, specs: Sequence[JobSpec], *,
                     conn: Connection | None = None) -> list[EnqueueResult]:
@@ -151,18 +183,49 @@ class JobsTable:
             if queues:
                 params["queues"] = list(queues)
             rows = self._db.in_one_round_trip([("host_claim_lock", {"host": host}),
-                                               (name, params)], prepared=True)[1]
+                                               (name, params)], prepared=True,
+                                              bound=self._db.bounds.claim)[1]
         elif queues:
-            rows = self._db.rows("job_claim_queues", {**params, "queues": list(queues)})
+            rows = self._db.rows("job_claim_queues", {**params, "queues": list(queues)},
+                                 bound=self._db.bounds.claim)
         else:
-            rows = self._db.rows("job_claim_any", params)
+            rows = self._db.rows("job_claim_any", params, bound=self._db.bounds.claim)
         return _in_claim_order([claimed_row(r) for r in rows])
+
+    def claim_idle(self, *, host: str, limit: int, grace_seconds: float,
+                   queues: Sequence[str] | None = None, batch: uuid.UUID | None = None
+                   ) -> tuple[list[ClaimedJob], float | None]:
+        """A capped claim (see :meth:`claim`) that also says how soon the next pending
+        job comes due: (claims, seconds until the next one, or None when none waits).
+
+        For a worker whose last claim found nothing: the question rides in the same
+        message and transaction as the claim (no transaction of its own), and lets
+        the worker sleep longer than its poll interval without missing a delayed
+        job, a retry or a deferral, which no NOTIFY announces. Plain text, not
+        ``PREPARE``d: an idle worker's pooled connection is closed between its rare
+        claims (``Pool.trim``), and a ``PREPARE`` on each new one would be a
+        transaction of its own.
+        """
+        params: dict[str, Any] = {"host": host, "limit": max(limit, 0), "grace": grace_seconds,
+                                  "batch": batch or uuid.uuid4()}
+        claim, due = "job_claim_capped_any", "job_next_due_any"
+        if queues:
+            claim, due = "job_claim_capped_queues", "job_next_due_queues"
+            params["queues"] = list(queues)
+        found = self._db.in_one_round_trip([("host_claim_lock", {"host": host}),
+                                            (claim, params), (due, params)],
+                                           bound=self._db.bounds.claim)
+        rows, next_due = found[1], found[2]
+        seconds = next_due[0][0] if next_due and next_due[0][0] is not None else None
+        return (_in_claim_order([claimed_row(r) for r in rows]),
+                None if seconds is None else max(float(seconds), 0.0))
 
     def claims_of_batch(self, *, host: str, batch: uuid.UUID,
                         grace_seconds: float) -> list[ClaimedJob]:
         """The jobs the claim ``batch`` took and still holds (heartbeated now)."""
         rows = self._db.rows("job_claims_of_batch", {"host": host, "batch": batch,
-                                                     "grace": grace_seconds})
+                                                     "grace": grace_seconds},
+                             bound=self._db.bounds.claim)
         return _in_claim_order([claimed_row(r) for r in rows])
 
     def claim_outcomes(self, claims: Sequence[tuple[int, uuid.UUID]]
@@ -171,7 +234,8 @@ class JobsTable:
         if not claims:
             return {}
         rows = self._db.rows("job_claim_outcomes", {"ids": [c[0] for c in claims],
-                                                    "tokens": [c[1] for c in claims]})
+                                                    "tokens": [c[1] for c in claims]},
+                             bound=self._db.bounds.record)
         return {r[0]: (JobStatus(r[1]), r[2]) for r in rows}
 
     def complete_many(self, completions: Sequence[Completion]) -> set[int]:
@@ -183,7 +247,7 @@ class JobsTable:
             return {r[0] for r in self._db.call("job_complete_one", {
                 "id": one.id, "token": one.claim_token, "result": Jsonb(one.result),
                 "lease_lost": one.lease_lost, "done_channel": self.done_channel,
-            })}
+            }, bound=self._db.bounds.record)}
         # The arrays spelled out here as array literals (text the statement casts):
         # psycopg adapting each list element by element cost the worker more per
         # completion than everything else the recorder does for it.
@@ -193,7 +257,7 @@ class JobsTable:
             "results": array_literal([_RESULT_JSON.encode(c.result) for c in completions]),
             "lease_lost": array_literal(["t" if c.lease_lost else "f" for c in completions]),
             "done_channel": self.done_channel,
-        })
+        }, bound=self._db.bounds.record)
         return {r[0] for r in rows}
 
     def complete_in(self, conn: Any, *, job_id: int, claim_token: uuid.UUID,
@@ -211,7 +275,7 @@ class JobsTable:
             "id": failure.id, "token": failure.claim_token, "error": failure.error,
             "retryable": failure.retryable, "retry_in": failure.retry_in_seconds,
             "done_channel": self.done_channel,
-        })
+        }, bound=self._db.bounds.record)
         return JobStatus(found[0][0]) if found else None
 
     def mark_cancelled(self, *, job_id: int, claim_token: uuid.UUID, error: str,
@@ -220,14 +284,14 @@ class JobsTable:
         (on_busy = skip), which is a schedule slot's fate "dropped"."""
         return bool(self._db.call("job_cancelled", {
             "id": job_id, "token": claim_token, "error": error, "dropped": dropped,
-            "done_channel": self.done_channel}))
+            "done_channel": self.done_channel}, bound=self._db.bounds.record))
 
     def release(self, *, job_id: int, claim_token: uuid.UUID, delay_seconds: float = 0.0,
                 deferral: bool = False) -> bool:
         """Give a claim back unrun (attempt refunded); False when fenced."""
         return bool(self._db.call("job_release", {
             "id": job_id, "token": claim_token, "delay": delay_seconds, "deferral": int(deferral),
-        }))
+        }, bound=self._db.bounds.record))
 
     def heartbeat_many(self, claims: Sequence[tuple[int, uuid.UUID]], *,
                        grace_seconds: float) -> HeartbeatAck:
@@ -236,7 +300,7 @@ class JobsTable:
         rows = self._db.call("job_heartbeat_many", {
             "ids": [c[0] for c in claims], "tokens": [c[1] for c in claims],
             "grace": grace_seconds,
-        })
+        }, bound=self._db.bounds.heartbeat)
         return HeartbeatAck(
             alive=frozenset(r[0] for r in rows),
             cancel_requested=frozenset(r[0] for r in rows if r[1]),
@@ -258,11 +322,8 @@ class JobsTable:
 
     def attempts(self, job_id: int) -> list[AttemptRecord]:
         """The job's kept attempt history (its last 25 attempts), oldest first."""
-        return [
-            AttemptRecord(attempt=r[0], started_at=r[1], finished_at=r[2], host=r[3],
-                          outcome=r[4], status_after=r[5], error=r[6], traceback=r[7])
-            for r in self._db.rows("job_attempt_list", {"id": job_id})
-        ]
+        return [AttemptRecord(**dict(zip(ATTEMPT_COLUMNS, row, strict=True)))
+                for row in self._db.rows("job_attempt_list", {"id": job_id})]
 
     def recent(self, *, status: JobStatus | None = None, queue: str | None = None,
              job_class: str | None = None, limit: int = 50) -> list[JobRecord]:
@@ -274,6 +335,10 @@ class JobsTable:
         """One page of matching jobs, newest first; pass the last id seen as ``before``."""
         rows = self._db.rows("job_search", {**where.params(), "before": before, "limit": limit})
         return [_record(r) for r in rows]
+
+    def running(self, *, limit: int = 20) -> list[JobRecord]:
+        """The newest running jobs (from the processing partial indexes, never a walk)."""
+        return [_record(r) for r in self._db.rows("job_running", {"limit": limit})]
 
     def schedule_recent(self, name: str, *, limit: int = 5) -> list[JobRecord]:
         """A schedule's latest jobs, newest first (each is one enqueued slot)."""
@@ -518,6 +583,12 @@ def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:
 def get_plan(job_id: int) -> plans.Plan[JobRecord | None]:
     found = yield from plans.rows("job_get", {"id": job_id})
     return _record(found[0]) if found else None
+
+
+def delete_finished_plan(job_id: int) -> plans.Plan[JobStatus | None]:
+    """Delete one finished job; the status it had, or None when it was not finished."""
+    found = yield from plans.rows("job_delete_finished", {"id": job_id})
+    return JobStatus(found[0][0]) if found else None
 
 
 def recent_plan(*, status: JobStatus | None = None, queue: str | None = None,

@@ -17,6 +17,7 @@ speeds things up, callers also wake at the holder's expiry and poll.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import threading
 import time
@@ -46,11 +47,13 @@ LEASES_TOPIC = "leases"
 __all__ = ["LEASES_TOPIC", "MAX_NAME_LENGTH", "LeasesTable", "ReleaseWatcher"]
 
 
+#: What lease_read, lease_list and the clears return first: LeaseRecord's fields, by
+#: name and in its order (tests/db/test_named_rows.py checks the statements).
+LEASE_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(LeaseRecord))
+
+
 def _record(row: Row) -> LeaseRecord:
-    name, slot, owner, host, token, acquired_at, expires_at, expires_in = row[:8]
-    return LeaseRecord(name=name, slot=slot, owner=owner, holder_host=host, token=token,
-                       acquired_at=acquired_at, expires_at=expires_at,
-                       expires_in_seconds=expires_in)
+    return LeaseRecord(**dict(zip(LEASE_COLUMNS, row[:len(LEASE_COLUMNS)], strict=True)))
 
 
 class LeasesTable:
@@ -78,21 +81,23 @@ class LeasesTable:
             raise ValueError("slots must be at least 1")
         params = {"name": stored, "owner": owner, "host": host, "ttl": ttl, "slots": slots,
                   "slot": 0, "job_id": job_id, "claim_token": claim_token}
+        bound = self._db.bounds.lease
         if slots == 1:
             # The common case in one UPDATE (the row exists, free or lapsed); the
             # function for the rest (first use, busy, a job's lease).
-            rows = self._db.call("lease_take", params) if job_id is None else []
+            rows = self._db.call("lease_take", params, bound=bound) if job_id is None else []
             if not rows:
-                rows = self._db.call("lease_acquire", params)
+                rows = self._db.call("lease_acquire", params, bound=bound)
             found = rows[0] if rows else None
         else:
             if job_id is not None:
                 raise ValueError("a job lease has one slot")
-            found = self._db.row("lease_acquire_slot", params)
+            found = self._db.row("lease_acquire_slot", params, bound=bound)
             # First use of this semaphore (or of a larger N): create the free rows and
             # pick again. Nothing created means every slot really is held.
-            if (found is None or not found[0]) and self._db.rows("lease_seed_slots", params):
-                found = self._db.row("lease_acquire_slot", params)
+            if (found is None or not found[0]) and \
+                    self._db.rows("lease_seed_slots", params, bound=bound):
+                found = self._db.row("lease_acquire_slot", params, bound=bound)
         if found is None:
             # Busy, but the holder's row was committed after this statement's snapshot.
             return self._busy(stored, slots)
@@ -121,7 +126,7 @@ class LeasesTable:
         found = self._db.row("lease_renew", {
             "name": lease_name(name), "slot": slot, "owner": owner, "token": token,
             "ttl": check_ttl(ttl_seconds),
-        })
+        }, bound=self._db.bounds.lease)
         return Renewal(expires_at=found[0], remaining_seconds=float(found[1])) if found else None
 
     def renew_many(self, held: Sequence[HeldLease]) -> set[tuple[str, int, int]]:
@@ -132,7 +137,7 @@ class LeasesTable:
             "names": [h.name for h in held], "slots": [h.slot for h in held],
             "owners": [h.owner for h in held], "tokens": [h.token for h in held],
             "ttls": [check_ttl(h.ttl_seconds) for h in held],
-        })
+        }, bound=self._db.bounds.lease)
         return {(r[0], r[1], r[2]) for r in rows}
 
     def release(self, *, name: str, owner: str, slot: int = 0, token: int | None = None,
@@ -147,13 +152,15 @@ class LeasesTable:
         """
         stored = lease_name(name)
         found = self._db.call("lease_free", {"name": stored, "slot": slot, "owner": owner,
-                                             "token": token, "channel": self.channel})
+                                             "token": token, "channel": self.channel},
+                              bound=self._db.bounds.lease)
         if not found:
             return False
         if wake_jobs and found[0][0]:
             try:
                 self._db.call("lease_hand_over", {"name": stored,
-                                                  "jobs_channel": self.jobs_channel})
+                                                  "jobs_channel": self.jobs_channel},
+                              bound=self._db.bounds.lease)
             except errors.DatabaseUnavailable as exc:
                 logger.warning("lease %r released, but the next deferred job was not "
                                "woken (it runs after its defer delay): %s", stored, exc)
@@ -162,7 +169,8 @@ class LeasesTable:
     def mark_waiting(self, name: str, *, seconds: float) -> None:
         """Announce a waiter until ``seconds`` from now, so releases NOTIFY (see ``watch``)."""
         self._db.execute("lease_mark_waiting", {"name": lease_name(name),
-                                                "seconds": max(float(seconds), 0.0)})
+                                                "seconds": max(float(seconds), 0.0)},
+                         bound=self._db.bounds.lease)
 
     def clear(self, name: str, *, force: bool = False,
               slot: int | None = None) -> list[LeaseRecord]:
@@ -170,6 +178,13 @@ class LeasesTable:
         rows = self._db.rows("lease_clear", {"name": lease_name(name), "slot": slot,
                                              "force": force, "channel": self.channel})
         return [_record(r) for r in rows]
+
+    def clear_holder(self, name: str, *, slot: int, token: int) -> LeaseRecord | None:
+        """Free one slot only if the holder with fencing token ``token`` still holds it
+        (the console's confirmed clear); None when it was released or changed hands."""
+        rows = self._db.rows("lease_clear_holder", {"name": lease_name(name), "slot": slot,
+                                                    "token": token, "channel": self.channel})
+        return _record(rows[0]) if rows else None
 
     # -- reads ---------------------------------------------------------------------
 

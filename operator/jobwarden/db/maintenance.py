@@ -1,7 +1,7 @@
 """Database upkeep (maintenance.sql): retention deletes and the hot tables' health.
 
 Only SQL lives here; which rules apply and when a pass runs is decided by
-:mod:`jobwarden.retention`, and what counts as a problem by
+:mod:`jobwarden.maintenance.retention`, and what counts as a problem by
 :mod:`jobwarden.structs.maintenance`.
 """
 

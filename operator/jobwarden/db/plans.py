@@ -120,7 +120,7 @@ def run(db: Database, plan: Plan[T], conn: Connection | None = None) -> T:
             if not listener:
                 listener.append(db.connect())
                 stack.callback(listener[0].close)
-            with translate_errors():
+            with db.connections.bounded(listener[0]):
                 listener[0].execute(_listen_sql(db.schema, topic))
 
         return _drive(db, plan, conn, listen, listener)
@@ -195,7 +195,7 @@ async def run_async(db: AsyncDatabase, plan: Plan[T], conn: AsyncConnection | No
             if not listener:
                 listener.append(await db.connect())
                 stack.push_async_callback(listener[0].close)
-            with translate_errors():
+            async with db.bounded(listener[0]):
                 await listener[0].execute(_listen_sql(db.schema, topic))
 
         return await _drive_async(db, plan, conn, listen, listener)

@@ -7,19 +7,20 @@ failure cause means what, and the run-job process live in
 
 from __future__ import annotations
 
+import datetime
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
-from jobwarden.db.jobs import claimed_row
+from jobwarden.db.jobs import ClaimColumns, claimed_row
 from jobwarden.structs.podruns import PodRunFailed, PodRunRow, RunningPodRun, slot_of
 from jobwarden.structs.states import JobStatus
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Database, Row
 
-#: fragment_claim_rows' columns (db.jobs.claimed_row reads them), then the pod run's.
-_CLAIM_COLUMNS = 16
+#: fragment_claim_rows' columns (db.jobs.ClaimColumns), then the pod run's.
+_CLAIM_COLUMNS = len(ClaimColumns._fields)
 
 
 def _row(row: Row) -> PodRunRow:
@@ -27,6 +28,33 @@ def _row(row: Row) -> PodRunRow:
     return PodRunRow(claim=claimed_row(row[:_CLAIM_COLUMNS]), pod_run=pod_run,
                      unique_key=unique_key, lease_token=lease_token,
                      cancel_requested=bool(cancel_requested))
+
+
+class RunningColumns(NamedTuple):
+    """pod_run_running's columns, named as the statement names them (checked by
+    tests/db/test_named_rows.py)."""
+
+    id: int
+    pod_run: str
+    claim_token: str
+    attempts: int
+    schedule_name: str | None
+    unique_key: str | None
+    cancel_requested: bool
+    claimed_at: datetime.datetime | None
+    heartbeat_at: datetime.datetime | None
+    claim_expires_at: datetime.datetime | None
+    claimed_by: str | None
+    lease_token: int | None
+
+
+def _running(r: RunningColumns) -> RunningPodRun:
+    return RunningPodRun(job_id=r.id, pod_run=r.pod_run, claim_token=r.claim_token,
+                         attempt=r.attempts, schedule_name=r.schedule_name,
+                         slot=slot_of(r.schedule_name, r.unique_key),
+                         cancel_requested=bool(r.cancel_requested), claimed_at=r.claimed_at,
+                         heartbeat_at=r.heartbeat_at, claim_expires_at=r.claim_expires_at,
+                         claimed_by=r.claimed_by, lease_token=r.lease_token)
 
 
 class PodRunsTable:
@@ -84,11 +112,5 @@ class PodRunsTable:
     def running(self, pod_runs: Sequence[str]) -> list[RunningPodRun]:
         if not pod_runs:
             return []
-        return [
-            RunningPodRun(job_id=r[0], pod_run=r[1], claim_token=r[2], attempt=r[3],
-                          schedule_name=r[4], slot=slot_of(r[4], r[5]),
-                          cancel_requested=bool(r[6]),
-                          claimed_at=r[7], heartbeat_at=r[8], claim_expires_at=r[9],
-                          claimed_by=r[10], lease_token=r[11])
-            for r in self._db.rows("pod_run_running", {"pod_runs": list(pod_runs)})
-        ]
+        return [_running(RunningColumns._make(row))
+                for row in self._db.rows("pod_run_running", {"pod_runs": list(pod_runs)})]

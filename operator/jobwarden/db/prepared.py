@@ -46,7 +46,7 @@ def prepared_form(name: str, text: str) -> tuple[str, tuple[str, ...], str]:
 
     body = _PLACEHOLDER.sub(number, text).replace("%%", "%")
     # Two zlib checksums (64 bits) tell the texts of one name apart; hashlib would load
-    # OpenSSL (0.6 MiB resident) on every worker's first capped claim (jobwarden.digests).
+    # OpenSSL (0.6 MiB resident) on every worker's first capped claim (structs/digests.py).
     data = text.encode()
     digest = f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
     statement = f"jw_{name[:40]}_{digest}"

@@ -10,16 +10,19 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from psycopg.types.json import Jsonb
 
+from jobwarden.structs.policies import CatchUp, Overlap
 from jobwarden.structs.schedules import (
+    OWNER_ABSENT,
     SLOT_FATES,
     SLOT_HISTORY,
+    ScheduleDefinition,
     ScheduleHealth,
+    ScheduleOwner,
     ScheduleRecord,
-    ScheduleSpec,
     SlotFate,
 )
 
@@ -38,31 +41,86 @@ def _interval_text(seconds: int | None) -> str | None:
     return "".join(parts) or "0s"
 
 
+class ScheduleColumns(NamedTuple):
+    """fragment_schedule_record's columns, named as the statement names them (checked
+    by tests/db/test_named_rows.py): the stored row, the status and end of its last
+    slot's job, its last success, and the newest failure to import its job class."""
+
+    name: str
+    expression: str
+    cron: str | None
+    interval_seconds: int | None
+    timezone: str
+    job_class: str
+    data: Any
+    queue: str | None
+    priority: int | None
+    timeout_seconds: float | None
+    max_retries: int | None
+    idempotent: bool | None
+    catch_up: CatchUp
+    catch_up_window_seconds: int
+    catch_up_max: int
+    overlap: Overlap
+    suspended: bool
+    suspended_by: str | None
+    spec_suspended: bool
+    source: str
+    origin: str | None
+    spec_hash: str
+    planned_until: datetime.datetime | None
+    last_slot: datetime.datetime | None
+    last_enqueued_slot: datetime.datetime | None
+    next_slot: datetime.datetime | None
+    enqueued_count: int
+    skipped_count: int
+    missed_count: int
+    last_job_id: int | None
+    last_job_status: str | None
+    last_job_finished_at: datetime.datetime | None
+    last_success_at: datetime.datetime | None
+    last_error: str | None
+    created_at: datetime.datetime
+    updated_at: datetime.datetime
+    pod_run: str | None
+    replaced_count: int
+    dropped_count: int
+    deferred_count: int
+    owner_held_at: datetime.datetime | None
+    class_error: str | None
+    class_error_host: str | None
+    class_error_at: datetime.datetime | None
+
+
 def _record(row: Row) -> ScheduleRecord:
-    (name, expression, cron, interval_seconds, timezone, job_class, data, queue, priority,
-     timeout, max_retries, idempotent, catch_up, window, catch_up_max, overlap, suspended,
-     suspended_by, spec_suspended, source, origin, spec_hash, planned_until, last_slot,
-     last_enqueued_slot, next_slot, enqueued, skipped, missed, last_job_id, last_job_status,
-     last_job_finished_at, last_success_at, last_error, created_at, updated_at, pod_run,
-     replaced, dropped, deferred) = row
+    c = ScheduleColumns._make(row)
+    suspended, suspended_by = c.suspended, c.suspended_by
+    if c.owner_held_at is not None and not suspended:
+        # Held by the runners while its owner is absent (migration 0022): suspended, to
+        # every reader and to the store's rules (a write of the definition lifts it).
+        suspended, suspended_by = True, OWNER_ABSENT
     return ScheduleRecord(
-        name=name, cron=cron, interval=_interval_text(interval_seconds), timezone=timezone,
-        job_class=job_class, data=data, queue=queue, priority=priority, timeout_seconds=timeout,
-        max_retries=max_retries, catch_up=catch_up, catch_up_window_seconds=window,
-        catch_up_max=catch_up_max, overlap=overlap, suspended=suspended, source=source,
-        spec_hash=spec_hash, last_slot=last_slot,
-        next_slot=None if suspended else next_slot, enqueued_count=enqueued,
-        skipped_count=skipped, missed_count=missed, last_job_id=last_job_id,
-        last_job_status=last_job_status, last_success_at=last_success_at,
-        created_at=created_at, updated_at=updated_at, expression=expression,
-        idempotent=idempotent, suspended_by=suspended_by, spec_suspended=spec_suspended,
-        origin=origin, planned_until=planned_until, last_enqueued_slot=last_enqueued_slot,
-        last_job_finished_at=last_job_finished_at, last_error=last_error, pod_run=pod_run,
-        replaced_count=replaced, dropped_count=dropped, deferred_count=deferred,
+        name=c.name, cron=c.cron, interval=_interval_text(c.interval_seconds),
+        timezone=c.timezone, job_class=c.job_class, data=c.data, queue=c.queue,
+        priority=c.priority, timeout_seconds=c.timeout_seconds, max_retries=c.max_retries,
+        catch_up=c.catch_up, catch_up_window_seconds=c.catch_up_window_seconds,
+        catch_up_max=c.catch_up_max, overlap=c.overlap, suspended=suspended, source=c.source,
+        spec_hash=c.spec_hash, last_slot=c.last_slot,
+        next_slot=None if suspended else c.next_slot, enqueued_count=c.enqueued_count,
+        skipped_count=c.skipped_count, missed_count=c.missed_count,
+        last_job_id=c.last_job_id, last_job_status=c.last_job_status,
+        last_success_at=c.last_success_at, created_at=c.created_at, updated_at=c.updated_at,
+        expression=c.expression, idempotent=c.idempotent, suspended_by=suspended_by,
+        spec_suspended=c.spec_suspended, origin=c.origin, planned_until=c.planned_until,
+        last_enqueued_slot=c.last_enqueued_slot, last_job_finished_at=c.last_job_finished_at,
+        last_error=c.last_error, pod_run=c.pod_run, replaced_count=c.replaced_count,
+        dropped_count=c.dropped_count, deferred_count=c.deferred_count,
+        class_error=c.class_error, class_error_host=c.class_error_host,
+        class_error_at=c.class_error_at,
     )
 
 
-def _spec_params(spec: ScheduleSpec) -> dict[str, Any]:
+def _spec_params(spec: ScheduleDefinition) -> dict[str, Any]:
     return {
         "name": spec.name, "expression": spec.expression, "cron": spec.cron,
         "interval_seconds": spec.interval_seconds, "timezone": spec.timezone,
@@ -93,14 +151,25 @@ class SchedulesTable:
         """Seconds since each schedule's last success and its lag, on the database clock."""
         return [
             ScheduleHealth(name=name, seconds_since_success=float(since), lag_seconds=float(lag),
-                           ever_succeeded=bool(ever), suspended=bool(suspended))
-            for name, since, lag, ever, suspended in self._db.rows("schedule_health")
+                           ever_succeeded=bool(ever), suspended=bool(suspended),
+                           expression=str(expression),
+                           seconds_without_success=float(without))
+            for name, since, lag, ever, suspended, expression, without
+            in self._db.rows("schedule_health")
         ]
 
     def active_jobs(self, name: str, *, limit: int = 10) -> list[tuple[int, str]]:
         """(id, status) of the schedule's pending and processing jobs, newest first."""
         return [(int(i), str(status)) for i, status in
                 self._db.rows("schedule_active_jobs", {"name": name, "limit": limit})]
+
+    def job_outcomes(self, name: str, *, floor: int,
+                     limit: int = 500) -> list[tuple[int, str, str | None, str | None]]:
+        """(id, status, unique_key, last_error) of the schedule's jobs with ``id >=
+        floor``, oldest first, the newest ``limit`` at most."""
+        rows = self._db.rows("schedule_job_outcomes", {"name": name, "floor": floor,
+                                                      "limit": limit})
+        return [(int(i), str(status), key, error) for i, status, key, error in reversed(rows)]
 
     def trim_history(self, name: str, *, statuses: Sequence[str], keep: int,
                      batch: int = 500) -> int:
@@ -113,6 +182,12 @@ class SchedulesTable:
         """Record the schedule's history limits; True when they changed."""
         return self._db.execute("schedule_set_history_limits", {
             "name": name, "successful": successful, "failed": failed}) > 0
+
+    def seconds_to_next_slot(self) -> float | None:
+        """Seconds until the earliest slot not due yet of an unsuspended, unheld schedule
+        (on the database clock); None when there is none."""
+        found = self._db.row("schedule_next_slot_in")
+        return None if found is None or found[0] is None else float(found[0])
 
     def now(self, *, conn: Connection | None = None,
             now: datetime.datetime | None = None) -> datetime.datetime:
@@ -127,7 +202,7 @@ class SchedulesTable:
         found = self._db.row("schedule_lock", {"name": name}, conn=conn)
         return _record(found) if found else None
 
-    def insert(self, spec: ScheduleSpec, *, planned_until: datetime.datetime,
+    def insert(self, spec: ScheduleDefinition, *, planned_until: datetime.datetime,
                next_slot: datetime.datetime | None, conn: Connection) -> bool:
         """Insert a new schedule; False when the name exists (nothing written)."""
         return self._db.row("schedule_insert", {
@@ -136,7 +211,7 @@ class SchedulesTable:
             "planned_until": planned_until, "next_slot": next_slot,
         }, conn=conn) is not None
 
-    def update(self, spec: ScheduleSpec, *, suspended: bool, suspended_by: str | None,
+    def update(self, spec: ScheduleDefinition, *, suspended: bool, suspended_by: str | None,
                planned_until: datetime.datetime, next_slot: datetime.datetime | None,
                last_slot: datetime.datetime | None, missed: int, conn: Connection) -> None:
         self._db.execute("schedule_update", {
@@ -183,6 +258,28 @@ class SchedulesTable:
         self._db.execute("schedule_add_backfill", {
             "name": name, "enqueued": enqueued, "last_job_id": last_job_id,
         }, conn=conn)
+
+    # -- owners (migration 0022: a deleted resource's schedule stops firing) --------
+
+    def owner_renew(self, *, source: str, namespaces: Sequence[str], holder: str,
+                    grace_seconds: int) -> None:
+        """Confirm ``source``'s rows in ``namespaces`` ('' = all) for ``grace_seconds``."""
+        self._db.execute("schedule_owner_renew", {
+            "source": source, "namespaces": list(namespaces), "holder": holder,
+            "grace": grace_seconds})
+
+    def owners(self) -> list[ScheduleOwner]:
+        return [ScheduleOwner(source=source, namespace=namespace, holder=holder,
+                              renewed_at=renewed_at, grace_seconds=int(grace),
+                              fresh=bool(fresh))
+                for source, namespace, holder, renewed_at, grace, fresh
+                in self._db.rows("schedule_owner_list")]
+
+    def owner_resume(self, name: str, *, source: str) -> bool:
+        """Lift an ``owner-absent`` suspension, ``source`` answering for the row from now
+        on; True when lifted."""
+        return self._db.row("schedule_owner_resume", {"name": name, "source": source}) \
+            is not None
 
     # -- code-defined schedules ----------------------------------------------------
 

@@ -4,7 +4,7 @@ and the running pod runs (docs/podruns.md).
 A job whose ``pod_run`` is set (a ``JobSchedule`` or ``ExclusiveJob`` with a pod
 template) is never claimed by a worker. The operator claims it with
 :func:`claim_pod_runs` -- fenced, attempt counted, the row's lease taken at once
-with the same busy rules as a worker's (:mod:`jobwarden.onbusy`) -- creates one
+with the same busy rules as a worker's (:mod:`jobwarden.coordination.onbusy`) -- creates one
 pod per claim, and hands the pod the claim's id and tokens. The pod runs
 ``jobwarden run-job`` (:mod:`jobwarden.podruns.runjob`, not imported here: the
 operator never loads the worker), which heartbeats, renews the lease and records

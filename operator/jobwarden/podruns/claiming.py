@@ -5,7 +5,7 @@ Why the lease is taken here and not in the pod: a busy lease must cost no pod
 a lease gets it (owner = the claim token, the fencing token recorded on the row);
 when it is busy the row's ``on_busy`` rule is applied exactly as a worker's
 exclusive extension applies it -- the same verdict and the same counters
-(:mod:`jobwarden.onbusy`) -- and no claim is returned for it. The operator cannot
+(:mod:`jobwarden.coordination.onbusy`) -- and no claim is returned for it. The operator cannot
 import job classes, so the row's ``on_busy`` (set by the ExclusiveJob or the
 schedule) decides, ``defer`` when unset, and a ``fail`` is retried with the
 default backoff.
@@ -31,7 +31,10 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from jobwarden import definitions, errors, metrics, onbusy
+from jobwarden import errors
+from jobwarden.coordination import onbusy
+from jobwarden.jobs import definitions
+from jobwarden.observability import metrics
 from jobwarden.podruns import checks
 from jobwarden.structs.jobs import Failure
 from jobwarden.structs.leases import lease_name

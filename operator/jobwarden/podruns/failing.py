@@ -16,7 +16,10 @@ import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from jobwarden import definitions, errors, metrics, onbusy, textrules
+from jobwarden import errors, textrules
+from jobwarden.coordination import onbusy
+from jobwarden.jobs import definitions
+from jobwarden.observability import metrics
 from jobwarden.podruns import checks
 from jobwarden.structs.podruns import POD_FAILURE_CAUSES, PodFailureCause, RunningPodRun
 from jobwarden.structs.states import JobStatus

@@ -11,24 +11,24 @@ stopped, and a takeover while the job runs is counted as lease lost.
 If the handed lease was lost before the job started (it lapsed and another owner
 took it), nothing ran under it, so it is asked for once more; still busy, the
 row's ``on_busy`` rule applies exactly as a worker applies it
-(:func:`jobwarden.exclusive.busy_outcome`). A job whose row names no lease but
+(:func:`jobwarden.extensions.exclusive.busy_outcome`). A job whose row names no lease but
 whose class is exclusive gets its lease here, as a worker would take it.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
-from jobwarden import definitions, errors
+from jobwarden import errors
+from jobwarden.coordination.leases import JobLease
+from jobwarden.coordination.onbusy import lease_window, row_lease_kind
 from jobwarden.db.database import Database
-from jobwarden.exclusive import ExclusiveJobs, busy_outcome
-from jobwarden.jobleases import JobLease
-from jobwarden.onbusy import lease_window, row_lease_kind
+from jobwarden.extensions.exclusive import ExclusiveJobs, busy_outcome
+from jobwarden.jobs import definitions
 from jobwarden.structs.leases import Acquisition, lease_name
 from jobwarden.worker.context import Attempt, Outcome, Released
-from jobwarden.worker.extensions import WorkerExtension
-from jobwarden.worker.worker import Worker
+from jobwarden.worker.extensions import ExtensionFactory, WorkerExtension
+from jobwarden.worker.handle import WorkerHandle
 
 
 class PodRunLease(ExclusiveJobs):
@@ -44,9 +44,9 @@ class PodRunLease(ExclusiveJobs):
             self._handed = token
 
     @classmethod
-    def factory(cls, lease_token: int | None) -> Callable[[Worker], WorkerExtension]:
+    def factory(cls, lease_token: int | None) -> ExtensionFactory:
         """An extension factory for ``Worker(extensions=[...])``."""
-        def build(worker: Worker) -> WorkerExtension:
+        def build(worker: WorkerHandle) -> WorkerExtension:
             return cls(worker.db, host=worker.host, lease_token=lease_token)
         return build
 

@@ -43,9 +43,9 @@ import time
 import uuid
 from typing import Any
 
-from jobwarden import logfields
 from jobwarden.db.database import Database
-from jobwarden.exclusive import ExclusiveJobs
+from jobwarden.extensions.exclusive import ExclusiveJobs
+from jobwarden.observability import logfields
 from jobwarden.podruns import failing
 from jobwarden.podruns.leasing import PodRunLease
 from jobwarden.settings import WorkerSettings

@@ -18,7 +18,7 @@ The rules (DESIGN section 6):
 * ``none``: the most recent slot runs only if it is current, i.e.
   ``now - slot <= tolerance`` (the runner's check period with some slack).
 * ``all``: every slot with ``now - slot <= window`` runs, but at most
-  ``max_catch_up`` of them (the most recent ones).
+  ``catch_up_max`` of them (the most recent ones).
 
 Work is bounded after long outages: intervals count missed slots by
 arithmetic; cron slots are walked newest-first and the walk stops after
@@ -80,12 +80,19 @@ def plan_due(
     now: dt.datetime,
     catch_up: CatchUp = "latest",
     window_seconds: int = 3600,
-    max_catch_up: int = 1,
+    catch_up_max: int = 1,
     tolerance_seconds: int = DEFAULT_TOLERANCE_SECONDS,
     count_limit: int = DEFAULT_COUNT_LIMIT,
+    max_catch_up: int | None = None,
 ) -> DuePlan:
-    """Plan which slots of ``expr`` to enqueue at ``now`` given the last slot that had a fate."""
-    validate_catch_up(catch_up=catch_up, window_seconds=window_seconds, max_catch_up=max_catch_up)
+    """Plan which slots of ``expr`` to enqueue at ``now`` given the last slot that had a fate.
+
+    ``max_catch_up`` is 0.1.0's name of ``catch_up_max`` (the schedule's own name
+    everywhere else), still accepted.
+    """
+    if max_catch_up is not None:
+        catch_up_max = max_catch_up
+    validate_catch_up(catch_up=catch_up, window_seconds=window_seconds, catch_up_max=catch_up_max)
     if tolerance_seconds < 0:
         raise errors.ScheduleError(f"tolerance must not be negative, got {tolerance_seconds}s")
     if count_limit < 1:
@@ -109,7 +116,7 @@ def plan_due(
     elif catch_up == "none":
         runnable, limit = tolerance_seconds, 1
     else:
-        runnable, limit = window_seconds, max_catch_up
+        runnable, limit = window_seconds, catch_up_max
     oldest_runnable = now - dt.timedelta(seconds=runnable)
 
     run: list[dt.datetime] = []
@@ -139,8 +146,16 @@ def plan_due(
     )
 
 
-def validate_catch_up(*, catch_up: str, window_seconds: int, max_catch_up: int) -> None:
-    """Refuse catch-up settings that cannot be honoured (also for the schedule store)."""
+def validate_catch_up(*, catch_up: str, window_seconds: int, catch_up_max: int | None = None,
+                      max_catch_up: int | None = None) -> None:
+    """Refuse catch-up settings that cannot be honoured (also for the schedule store).
+
+    ``max_catch_up``: 0.1.0's name of ``catch_up_max``, still accepted.
+    """
+    if catch_up_max is None:
+        if max_catch_up is None:
+            raise TypeError("validate_catch_up() needs catch_up_max")
+        catch_up_max = max_catch_up
     if catch_up not in get_args(CatchUp):
         allowed = ", ".join(repr(mode) for mode in get_args(CatchUp))
         raise errors.ScheduleError(f"catch-up must be one of {allowed}, got {catch_up!r}")
@@ -148,8 +163,8 @@ def validate_catch_up(*, catch_up: str, window_seconds: int, max_catch_up: int) 
         raise errors.ScheduleError(
             f"catch-up window must be at least {MIN_WINDOW_SECONDS}s, got {window_seconds}s"
         )
-    if max_catch_up < 1:
-        raise errors.ScheduleError(f"max catch-up must be at least 1, got {max_catch_up}")
+    if catch_up_max < 1:
+        raise errors.ScheduleError(f"max catch-up must be at least 1, got {catch_up_max}")
 
 
 def _aware(t: dt.datetime) -> dt.datetime:

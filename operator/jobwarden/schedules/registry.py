@@ -32,10 +32,10 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from jobwarden import definitions
+from jobwarden.jobs import definitions
 from jobwarden.schedules.errors import ScheduleError
 from jobwarden.schedules.store import Schedules, validate
-from jobwarden.structs.schedules import ScheduleSpec, SyncReport
+from jobwarden.structs.schedules import ScheduleDefinition, SyncReport
 
 __all__ = ["CodeSchedule", "clear", "define", "defined", "register", "schedule", "sync"]
 
@@ -50,7 +50,7 @@ _defined: dict[str, CodeSchedule] = {}
 class CodeSchedule:
     """One validated code definition and the module that made it."""
 
-    spec: ScheduleSpec
+    spec: ScheduleDefinition
 
     @property
     def name(self) -> str:

@@ -16,7 +16,8 @@ No leader: every worker, the operator and any number of clusters may run
 
 Every slot in ``(planned_until, now]`` gets exactly one recorded fate, decided
 by :func:`jobwarden.schedules.planning.plan_due` (catch-up) and then by the
-overlap policy:
+overlap policy (:func:`jobwarden.schedules.decisions.decide`: the pure decision
+this module carries out):
 
 * ``Allow``: every slot the plan runs is enqueued.
 * ``Forbid``: while the previous run (the job of the newest enqueued slot) is
@@ -41,20 +42,23 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
+import dataclasses
 import datetime as dt
 import functools
 import logging
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
-from jobwarden import errors, metrics
+from jobwarden import errors
 from jobwarden.db import runnerpass
-from jobwarden.schedules import expressions, planning, slots
+from jobwarden.observability import metrics
+from jobwarden.schedules import decisions, expressions, planning
 from jobwarden.structs.schedules import (
     SLOT_HISTORY,
     SLOT_PRUNE_MARGIN,
+    Advance,
     DueSchedule,
     JobRow,
     PassWrite,
@@ -62,7 +66,7 @@ from jobwarden.structs.schedules import (
 )
 
 if TYPE_CHECKING:
-    from jobwarden.db.database import Connection, Database
+    from jobwarden.db.database import Database
 
 __all__ = ["DEFAULT_BATCH", "SLOT_HISTORY", "SLOT_PRUNE_MARGIN", "enqueue_due", "warn_once"]
 
@@ -75,7 +79,6 @@ DEFAULT_BATCH = 1000
 PASS_CONNECTIONS = 2
 #: A schedule whose stored expression cannot be read is retried this much later.
 ERROR_RETRY_SECONDS = 60
-_ACTIVE = ("pending", "processing")
 
 
 @functools.lru_cache(maxsize=8192)
@@ -210,14 +213,26 @@ def _pass(db: Database, pages: _Pages, *, now: dt.datetime | None,
                         tolerance_seconds=tolerance_seconds, copy=False)
 
 
+@dataclasses.dataclass
+class _Batch:
+    """One batch in the making: the claimed page's clock and what its schedules add."""
+
+    db: Database
+    tx: runnerpass.RunnerPass
+    at: dt.datetime
+    tolerance_seconds: int
+    report: RunReport = dataclasses.field(default_factory=RunReport)
+    write: PassWrite = dataclasses.field(default_factory=PassWrite)
+    rows: list[JobRow] = dataclasses.field(default_factory=list)
+    #: The batch's catch-up plans by their inputs (see :func:`_due_plan`).
+    plans: dict[tuple[object, ...], planning.DuePlan] = dataclasses.field(default_factory=dict)
+
+
 def _attempt(db: Database, pages: _Pages,
              page: tuple[tuple[dt.datetime, str] | None, int] | None, *,
              now: dt.datetime | None, tolerance_seconds: int, copy: bool) -> RunReport | None:
     """One try of a batch: the next page (``page`` None) or the same page again (the
     redo after a conflict: its page key and size)."""
-    report = RunReport()
-    write = PassWrite()
-    rows: list[JobRow] = []
     with runnerpass.runner_pass(db) as tx:
         if page is None:
             with pages.lock:
@@ -228,228 +243,159 @@ def _attempt(db: Database, pages: _Pages,
                 pages.claimed(due, page[1])
         else:
             at, due = tx.claim(now=now, limit=page[1], after=page[0])
-        report.checked = len(due)
         if at is None:
-            return report
-        plans: dict[tuple[object, ...], planning.DuePlan] = {}
+            return RunReport(checked=len(due))
+        batch = _Batch(db, tx, at, tolerance_seconds, report=RunReport(checked=len(due)))
         for schedule in due:
-            try:
-                _plan(db, tx.conn, schedule, at, tolerance_seconds, plans, write, rows, report)
-            except Exception as exc:  # a bad stored row must not stop the others
-                report.errors += 1
-                logger.exception("schedule %r: cannot plan", schedule.name)
-                _error_advance(write, schedule, at, exc)
-        if any(row[12] is None for row in rows):
-            rows = _with_ids(tx, rows)
-        if copy:
-            try:
-                tx.copy_jobs(rows)
-            except runnerpass.SlotConflict as conflict:
-                conflict.page = page
-                raise
-            fresh_rows = rows
-        else:
-            fresh = tx.insert_jobs(rows)
-            fresh_rows = [row for row in rows if row[7] in fresh]
-            if len(fresh_rows) < len(rows):
-                report.duplicates += len(rows) - len(fresh_rows)
-                write.forget_ids({row[7] for row in rows if row[7] not in fresh})
-                position = {name: index for index, name in enumerate(write.names)}
-                for row in rows:
-                    if row[7] not in fresh:
-                        write.enqueued[position[row[9]]] -= 1
+            _plan(batch, schedule)
         try:
-            tx.finish(write, keep=SLOT_HISTORY, merge=not copy,
-                      notify_queues=sorted({row[0] for row in fresh_rows}))
+            fresh_rows = _write(batch, copy=copy)
         except runnerpass.SlotConflict as conflict:
             conflict.page = page
             raise
-    # Committed: only now do the counters move (a rolled-back pass counted nothing).
-    report.enqueued += sum(write.enqueued)
-    report.skipped += sum(write.skipped)
-    report.missed += sum(write.missed)
-    for name, enqueued, skipped, missed in zip(write.names, write.enqueued, write.skipped,
-                                               write.missed, strict=True):
-        metrics.prime_schedule(name)
-        if enqueued:
-            metrics.SCHEDULE_SLOTS_ENQUEUED.labels(name).inc(enqueued)
-        if skipped:
-            metrics.SCHEDULE_SLOTS_SKIPPED.labels(name).inc(skipped)
-        if missed:
-            metrics.SCHEDULE_SLOTS_MISSED.labels(name).inc(missed)
+    _count(batch.write, batch.report, fresh_rows)
+    return batch.report
+
+
+def _write(batch: _Batch, *, copy: bool) -> list[JobRow]:
+    """Insert the batch's jobs, write its schedules back and COMMIT; the jobs inserted.
+
+    By COPY, or (``copy`` False: the redo) by an insert that skips a slot whose job
+    exists: such a slot is a duplicate, not counted enqueued.
+    """
+    tx, write, report = batch.tx, batch.write, batch.report
+    rows = batch.rows
+    if any(row.id is None for row in rows):
+        rows = _with_ids(tx, rows)
+    if copy:
+        tx.copy_jobs(rows)
+        fresh_rows = rows
+    else:
+        fresh = tx.insert_jobs(rows)
+        fresh_rows = [row for row in rows if row.unique_key in fresh]
+        report.duplicates += write.less_existing(rows, fresh)
+    tx.finish(write, keep=SLOT_HISTORY, merge=not copy,
+              notify_queues=sorted({row.queue for row in fresh_rows}))
+    return fresh_rows
+
+
+def _count(write: PassWrite, report: RunReport, fresh_rows: Sequence[JobRow]) -> None:
+    """Committed: only now do the counters move (a rolled-back pass counted nothing)."""
+    for name in write.hold_names:
+        logger.warning("schedule %r held (not enqueued): the operator of the cluster that "
+                       "wrote it has not confirmed it within its grace (its JobSchedule may "
+                       "be gone); an operator whose JobSchedule exists resumes it", name)
+    for advance in write.advances:
+        report.enqueued += advance.enqueued
+        report.skipped += advance.skipped
+        report.missed += advance.missed
+        metrics.prime_schedule(advance.name)
+        if advance.enqueued:
+            metrics.SCHEDULE_SLOTS_ENQUEUED.labels(advance.name).inc(advance.enqueued)
+        if advance.skipped:
+            metrics.SCHEDULE_SLOTS_SKIPPED.labels(advance.name).inc(advance.skipped)
+        if advance.missed:
+            metrics.SCHEDULE_SLOTS_MISSED.labels(advance.name).inc(advance.missed)
+    report.pod_runs.update(row.pod_run for row in fresh_rows if row.pod_run)
     for (queue, job_class), count in collections.Counter(
-            (row[0], row[1]) for row in fresh_rows).items():
+            (row.queue, row.job_class) for row in fresh_rows).items():
         metrics.JOBS_ENQUEUED.labels(queue, job_class).inc(count)
-    return report
 
 
-def _plan(db: Database, conn: Connection, schedule: DueSchedule, at: dt.datetime,
-          tolerance_seconds: int, plans: dict[tuple[object, ...], planning.DuePlan],
-          write: PassWrite, rows: list[JobRow], report: RunReport) -> None:
-    """Plan one schedule: its slots' job rows, its write-back and the fates of its slots,
-    appended to ``rows`` and ``write`` only once nothing can fail any more (a schedule
-    that fails to plan leaves no half of itself in the pass).
+def _plan(batch: _Batch, schedule: DueSchedule) -> None:
+    """Add one schedule to the batch: decided (pure), its previous run cancelled if the
+    decision says so (the one effect), then its rows and write-back, whole.
 
-    ``plans``: the pass's plans by their inputs. A plan depends only on the
-    expression, the planning point and the catch-up settings (``at`` and the
-    tolerance are the pass's), and schedules that share an expression share
-    their planning point after the first pass they were due in together (it
-    becomes that pass's time), so most of a large pass plans once per
+    A schedule whose owner is absent is held instead; one that fails to plan (a bad
+    stored row must not stop the others) is counted as an error, leaves no half of
+    itself in the batch, and is looked at again a little later.
+    """
+    if schedule.owner_absent:
+        # Its cluster's operator has not confirmed it within the grace: its
+        # resource may be gone (docs/schedules.md, "Rows whose owner is gone").
+        batch.write.hold_names.append(schedule.name)
+        batch.write.hold_ctids.append(schedule.ctid)
+        return
+    try:
+        expr = _expression(schedule.expression)
+        decision = decisions.decide(schedule, _due_plan(batch, schedule, expr), expr,
+                                    at=batch.at)
+        replaced = 0 if decision.replace_job is None else _replace_previous(batch, decision)
+    except Exception as exc:
+        batch.report.errors += 1
+        logger.exception("schedule %r: cannot plan", schedule.name)
+        batch.write.advances.append(_error_advance(schedule, batch.at, exc))
+        return
+    if decision.skipped or decision.missed:
+        _log_fates(schedule, decision)
+    batch.rows.extend(decision.jobs)
+    batch.report.replaced += replaced
+    batch.write.advances.append(decision.advance(replaced=replaced))
+    batch.write.fates.extend(decision.fates())
+    if decision.prune:
+        batch.write.prune.append(schedule.name)
+
+
+def _due_plan(batch: _Batch, schedule: DueSchedule,
+              expr: expressions.Expression) -> planning.DuePlan:
+    """The schedule's catch-up plan, computed once per distinct input in the batch.
+
+    A plan depends only on the expression, the planning point and the catch-up
+    settings (``at`` and the tolerance are the pass's), and schedules that share an
+    expression share their planning point after the first pass they were due in
+    together (it becomes that pass's time), so most of a large pass plans once per
     expression: computing a cron slot in a DST zone costs ~100 us.
     """
-    expr = _expression(schedule.expression)
     key = (schedule.expression, schedule.planned_until, schedule.catch_up,
            schedule.catch_up_window_seconds, schedule.catch_up_max)
-    plan = plans.get(key)
+    plan = batch.plans.get(key)
     if plan is None:
-        plan = plans[key] = planning.plan_due(
-            expr, last_slot=schedule.planned_until, now=at,
-            catch_up=cast(planning.CatchUp, schedule.catch_up),  # CHECK-constrained in SQL
-            window_seconds=schedule.catch_up_window_seconds,
-            max_catch_up=schedule.catch_up_max, tolerance_seconds=tolerance_seconds,
-        )
-    name = schedule.name
-    run: Sequence[dt.datetime] = plan.run  # shared with other schedules: sliced, never changed
-    skipped_slots: Sequence[dt.datetime] = ()
-    replaced = 0
-    if run and schedule.overlap == "Forbid":
-        if schedule.last_job_status in _ACTIVE:
-            skipped_slots, run = run, ()
-        else:
-            skipped_slots, run = run[1:], run[:1]
-    elif run and schedule.overlap == "Replace":
-        skipped_slots, run = run[:-1], run[-1:]
-        if schedule.last_job_status in _ACTIVE and schedule.last_job_id is not None:
-            status = db.schedules.cancel_job(
-                schedule.last_job_id, reason=f"replaced by the slot {run[0].isoformat()}",
-                conn=conn)
-            replaced = 1 if status is not None else 0
-            if replaced:
-                db.schedules.mark_replaced(name, job_id=schedule.last_job_id, conn=conn)
-            logger.info("schedule %r: previous run %d %s (Replace)", name,
-                        schedule.last_job_id,
-                        "cancelled" if status == "cancelled" else "asked to stop")
-    missed_slots = (_missed_slots(expr, plan.run, after=schedule.planned_until, at=at)
-                    if plan.missed else [])
-    if skipped_slots:
-        logger.info("schedule %r: %d slot(s) skipped by overlap policy %s", name,
-                    len(skipped_slots), schedule.overlap)
-    if plan.missed:
-        logger.info("schedule %r: %d slot(s) missed (catch-up %s)%s", name,
-                    plan.missed, schedule.catch_up, "" if plan.missed_exact else " at least")
-    # The newest slot that got a fate. The plan considers slots newest first and a
-    # slot too old to run makes every older one too old, so when anything runs, the
-    # newest slot is among the runs; only an all-missed plan needs a lookup.
-    fated: dt.datetime | None
-    if plan.run:
-        fated = plan.run[-1]
-    elif plan.missed:
-        newest = expr.prev_at_or_before(at)
-        fated = newest if newest is not None and newest > schedule.planned_until else None
-    else:
-        fated = None
-    keys = [slots.slot_key(name, slot) for slot in run]
-    # The claim drew one job id per schedule; a second slot's job gets its id after
-    # the planning (None until then: _with_ids).
-    ids: list[int | None] = [schedule.job_id, *([None] * (len(run) - 1))] if run else []
-    new_rows: list[JobRow] = []
-    if run:
-        queue, priority, max_retries, timeout, idempotent, lease, on_busy = slots.job_fields(
-            name=name, queue=schedule.queue, priority=schedule.priority,
-            timeout_seconds=schedule.timeout_seconds, max_retries=schedule.max_retries,
-            idempotent=schedule.idempotent, overlap=schedule.overlap)
-        job_class, data, pod_run = schedule.job_class, schedule.data, schedule.pod_run
-        new_rows = [(queue, job_class, data, priority, max_retries, timeout, idempotent,
-                     unique_key, lease, name, on_busy, pod_run, job_id)
-                    for unique_key, job_id in zip(keys, ids, strict=True)]
-    # Nothing below raises: the schedule goes into the pass whole.
-    rows.extend(new_rows)
-    report.replaced += replaced
-    write.names.append(name)
-    write.ctids.append(schedule.ctid)
-    write.planned_until.append(plan.cursor)
-    write.last_slot.append(fated)
-    write.last_enqueued_slot.append(run[-1] if run else None)
-    write.next_slot.append(plan.next_slot)
-    write.enqueued.append(len(run))  # less the duplicates, once the insert has told
-    write.skipped.append(len(skipped_slots))
-    write.missed.append(plan.missed)
-    write.replaced.append(replaced)
-    write.last_key.append(keys[-1] if keys else None)
-    write.last_job_ids.append(ids[-1] if ids else None)
-    write.error.append(None)
-    for slot, unique_key, job_id in zip(run, keys, ids, strict=True):
-        _fate(write, name, slot, "enqueued", unique_key, job_id)
-    for slot in skipped_slots:
-        _fate(write, name, slot, "skipped", None, None)
-    for slot in missed_slots:
-        _fate(write, name, slot, "missed", None, None)
-    _count_history(write, schedule,
-                   added=len(run) + len(skipped_slots) + len(missed_slots))
+        plan = batch.plans[key] = planning.plan_due(
+            expr, last_slot=schedule.planned_until, now=batch.at,
+            catch_up=schedule.catch_up, window_seconds=schedule.catch_up_window_seconds,
+            catch_up_max=schedule.catch_up_max, tolerance_seconds=batch.tolerance_seconds)
+    return plan
 
 
-def _fate(write: PassWrite, name: str, slot: dt.datetime, fate: str,
-          unique_key: str | None, job_id: int | None) -> None:
-    write.fate_names.append(name)
-    write.fate_slots.append(slot)
-    write.fates.append(fate)
-    write.fate_keys.append(unique_key)
-    write.fate_job_ids.append(job_id)
+def _replace_previous(batch: _Batch, decision: decisions.ScheduleDecision) -> int:
+    """Cancel (pending) or ask to stop (processing) the run the decision replaces, in
+    the batch's transaction; 1 if there was one to replace, else 0."""
+    job_id = decision.replace_job
+    assert job_id is not None
+    db, conn = batch.db, batch.tx.conn
+    status = db.schedules.cancel_job(
+        job_id, reason=f"replaced by the slot {decision.run[0].isoformat()}", conn=conn)
+    if status is not None:
+        db.schedules.mark_replaced(decision.name, job_id=job_id, conn=conn)
+    logger.info("schedule %r: previous run %d %s (Replace)", decision.name, job_id,
+                "cancelled" if status == "cancelled" else "asked to stop")
+    return 1 if status is not None else 0
 
 
-def _count_history(write: PassWrite, schedule: DueSchedule, *, added: int) -> None:
-    """The schedule's history rows after the pass, and whether the pass prunes them.
-
-    The count is an upper bound (a slot that already had a row takes the newer fate
-    without a new row): past the bound plus the margin the pass prunes the history
-    to the bound, so a prune walks a schedule's history once in SLOT_PRUNE_MARGIN
-    passes instead of every pass (readers show the newest SLOT_HISTORY only).
-    """
-    rows = schedule.slot_rows + added
-    if rows > SLOT_HISTORY + SLOT_PRUNE_MARGIN:
-        write.prune.append(schedule.name)
-        rows = SLOT_HISTORY
-    write.slot_rows.append(rows)
+def _log_fates(schedule: DueSchedule, decision: decisions.ScheduleDecision) -> None:
+    if decision.skipped:
+        logger.info("schedule %r: %d slot(s) skipped by overlap policy %s", schedule.name,
+                    len(decision.skipped), schedule.overlap)
+    if decision.missed:
+        logger.info("schedule %r: %d slot(s) missed (catch-up %s)%s", schedule.name,
+                    decision.missed, schedule.catch_up,
+                    "" if decision.missed_exact else " at least")
 
 
 def _with_ids(tx: runnerpass.RunnerPass, rows: list[JobRow]) -> list[JobRow]:
     """``rows`` with an id for every job: the second and later slots of a schedule
     (catch-up) draw theirs in one more round trip (the write-back and the history find
     those jobs by their unique keys, as for a duplicate)."""
-    missing = sum(1 for row in rows if row[12] is None)
+    missing = sum(1 for row in rows if row.id is None)
     drawn = iter(tx.job_ids(missing))
-    return [row if row[12] is not None else (*row[:12], next(drawn))
-            for row in rows]
+    return [row if row.id is not None else row._replace(id=next(drawn)) for row in rows]
 
 
-def _missed_slots(expr: expressions.Expression, run: Sequence[dt.datetime],
-                  *, after: dt.datetime, at: dt.datetime) -> list[dt.datetime]:
-    """The newest missed slots in ``(after, at]`` (those not in ``run``), at most
-    :data:`SLOT_HISTORY`: the history's bound, so a long outage costs no more."""
-    planned = set(run)
-    found: list[dt.datetime] = []
-    for slot in expr.iter_before(at):
-        if slot <= after or len(found) >= SLOT_HISTORY:
-            break
-        if slot not in planned:
-            found.append(slot)
-    return found
-
-
-def _error_advance(write: PassWrite, schedule: DueSchedule, at: dt.datetime,
-                   exc: Exception) -> None:
+def _error_advance(schedule: DueSchedule, at: dt.datetime, exc: Exception) -> Advance:
     """Leave the planning point alone, record the error, and look again a little later."""
-    write.names.append(schedule.name)
-    write.ctids.append(schedule.ctid)
-    write.planned_until.append(schedule.planned_until)
-    write.last_slot.append(None)
-    write.last_enqueued_slot.append(None)
-    write.next_slot.append(at + dt.timedelta(seconds=ERROR_RETRY_SECONDS))
-    write.enqueued.append(0)
-    write.skipped.append(0)
-    write.missed.append(0)
-    write.replaced.append(0)
-    write.last_key.append(None)
-    write.last_job_ids.append(None)
-    write.error.append(f"{type(exc).__name__}: {exc}"[:1000])
-    write.slot_rows.append(schedule.slot_rows)
+    return Advance(
+        name=schedule.name, ctid=schedule.ctid, planned_until=schedule.planned_until,
+        last_slot=None, last_enqueued_slot=None,
+        next_slot=at + dt.timedelta(seconds=ERROR_RETRY_SECONDS),
+        enqueued=0, skipped=0, missed=0, replaced=0, last_key=None, last_job_id=None,
+        error=f"{type(exc).__name__}: {exc}"[:1000], slot_rows=schedule.slot_rows)

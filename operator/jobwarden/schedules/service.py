@@ -26,13 +26,14 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from jobwarden import errors, metrics
+from jobwarden import errors
+from jobwarden.observability import metrics
 from jobwarden.worker.extensions import Extension, PeriodicTask
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Database
     from jobwarden.structs.schedules import RunReport
-    from jobwarden.worker.worker import Worker
+    from jobwarden.worker.handle import WorkerHandle
 
 __all__ = ["ScheduleExtension", "ScheduleService"]
 
@@ -137,7 +138,7 @@ class ScheduleExtension(Extension):
     and the task retires itself (interval 0) once the sync succeeded.
     """
 
-    def __init__(self, worker: Worker) -> None:
+    def __init__(self, worker: WorkerHandle) -> None:
         self.check_seconds = worker.settings.schedule_check_seconds
         self.service = ScheduleService(worker.db, check_seconds=self.check_seconds,
                                        modules=worker.settings.apps)

@@ -10,10 +10,11 @@ import datetime as dt
 import functools
 from typing import Any
 
-from jobwarden import definitions
+from jobwarden.jobs import definitions
 from jobwarden.schedules import expressions, planning
 from jobwarden.structs.jobs import JobSpec
 from jobwarden.structs.leases import lease_name
+from jobwarden.structs.policies import OnBusy, Overlap
 
 __all__ = ["job_fields", "job_spec", "passed_slots", "schedule_lease", "slot_key"]
 
@@ -37,7 +38,7 @@ def schedule_lease(name: str) -> str:
 
 def job_spec(*, name: str, slot: dt.datetime, job_class: str, data: Any, queue: str | None,
              priority: int | None, timeout_seconds: float | None, max_retries: int | None,
-             idempotent: bool | None, overlap: str, pod_run: str | None = None) -> JobSpec:
+             idempotent: bool | None, overlap: Overlap, pod_run: str | None = None) -> JobSpec:
     """The job of one slot. Unset fields take the Job defaults, the same on every runner.
 
     ``pod_run``: the schedule's, so a pod-per-run schedule's jobs are the operator's
@@ -56,8 +57,8 @@ def job_spec(*, name: str, slot: dt.datetime, job_class: str, data: Any, queue: 
 
 def job_fields(*, name: str, queue: str | None, priority: int | None,
                timeout_seconds: float | None, max_retries: int | None,
-               idempotent: bool | None, overlap: str,
-               ) -> tuple[str, int, int, float, bool, str | None, str | None]:
+               idempotent: bool | None, overlap: Overlap,
+               ) -> tuple[str, int, int, float, bool, str | None, OnBusy | None]:
     """What every slot job of a schedule shares, defaults applied: queue, priority,
     max_retries, timeout_seconds, idempotent, lease_name, on_busy.
 
@@ -78,7 +79,7 @@ def job_fields(*, name: str, queue: str | None, priority: int | None,
     )
 
 
-_ON_BUSY = {"Forbid": "skip", "Replace": "defer"}
+_ON_BUSY: dict[Overlap, OnBusy] = {"Forbid": "skip", "Replace": "defer"}
 
 
 def passed_slots(expr: expressions.Expression, *, since: dt.datetime,

@@ -38,20 +38,25 @@ import datetime as dt
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from jobwarden import definitions, errors, metrics
-from jobwarden.digests import sha256_hex
+from jobwarden import errors
+from jobwarden.jobs import definitions
+from jobwarden.observability import metrics
 from jobwarden.schedules import expressions
 from jobwarden.schedules.slots import job_spec, passed_slots, slot_key
 from jobwarden.schedules.validation import compute_spec_hash, validate
+from jobwarden.structs.digests import sha256_hex
 from jobwarden.structs.jobs import EnqueueResult
 from jobwarden.structs.schedules import (
     RunReport,
+    ScheduleDefinition,
     ScheduleHealth,
+    ScheduleOwner,
     ScheduleRecord,
-    ScheduleSpec,
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from jobwarden.db.database import Connection, Database
 
 __all__ = [
@@ -134,7 +139,7 @@ class Schedules:
         )
         return self.apply(spec, replace_other_sources=replace_other_sources, now=now)
 
-    def apply(self, spec: ScheduleSpec, *, replace_other_sources: bool = True,
+    def apply(self, spec: ScheduleDefinition, *, replace_other_sources: bool = True,
               now: dt.datetime | None = None) -> ScheduleRecord:
         """Store an already validated definition (see :func:`validate`)."""
         expr = expressions.parse_stored(spec.expression)
@@ -152,7 +157,7 @@ class Schedules:
         assert found is not None
         return found
 
-    def _lock_or_insert(self, spec: ScheduleSpec, expr: expressions.Expression,
+    def _lock_or_insert(self, spec: ScheduleDefinition, expr: expressions.Expression,
                         at: dt.datetime, conn: Connection) -> ScheduleRecord | None:
         """The locked current row, or None after inserting a new one."""
         table = self.db.schedules
@@ -164,7 +169,7 @@ class Schedules:
                 return None
         raise errors.JobwardenError(f"schedule {spec.name!r} kept appearing and disappearing")
 
-    def _change(self, current: ScheduleRecord, spec: ScheduleSpec,
+    def _change(self, current: ScheduleRecord, spec: ScheduleDefinition,
                 expr: expressions.Expression, at: dt.datetime, conn: Connection) -> int:
         """Update a locked row to ``spec``; returns the slots counted missed by the change."""
         by = current.suspended_by
@@ -177,7 +182,7 @@ class Schedules:
         return self._write(current, spec, expr, suspended=suspended, suspended_by=by, at=at,
                            conn=conn)
 
-    def _write(self, current: ScheduleRecord, spec: ScheduleSpec,
+    def _write(self, current: ScheduleRecord, spec: ScheduleDefinition,
                expr: expressions.Expression, *, suspended: bool, suspended_by: str | None,
                at: dt.datetime, conn: Connection) -> int:
         planned_until = current.planned_until or at
@@ -186,10 +191,13 @@ class Schedules:
         changed = current.expression != spec.expression
         resumed = current.suspended and not suspended
         if changed or resumed:
-            # The old expression's slots not yet planned (or paused) are missed; the
-            # schedule starts from now.
-            old = expressions.parse_stored(current.expression)
-            missed, last_slot = passed_slots(old, since=planned_until, now=at)
+            # The schedule starts from now. A running schedule's slots its old expression
+            # had not planned yet are missed; slots that passed while it was suspended are
+            # not: nobody wanted them run, and counting them paged
+            # JobwardenScheduleSlotsMissed on every resume (issue 27).
+            if not current.suspended:
+                old = expressions.parse_stored(current.expression)
+                missed, last_slot = passed_slots(old, since=planned_until, now=at)
             planned_until = max(planned_until, at)
             next_slot = expr.next_after(planned_until)
         elif next_slot is None:
@@ -199,8 +207,8 @@ class Schedules:
                                  last_slot=last_slot, missed=missed, conn=conn)
         return missed
 
-    def _spec_of(self, record: ScheduleRecord) -> ScheduleSpec:
-        return ScheduleSpec(
+    def _spec_of(self, record: ScheduleRecord) -> ScheduleDefinition:
+        return ScheduleDefinition(
             name=record.name, expression=record.expression, cron=record.cron,
             interval=record.interval,
             interval_seconds=expressions.parse_interval(record.interval)
@@ -230,7 +238,8 @@ class Schedules:
         return self._set_suspended(name, suspend=True, now=now)
 
     def resume(self, name: str, *, now: dt.datetime | None = None) -> ScheduleRecord | None:
-        """Lift a manual (or removed-from-code) suspension; slots passed are counted missed.
+        """Lift a manual (or removed-from-code) suspension; slots passed meanwhile are skipped,
+        not counted missed (nobody wanted them run).
 
         A definition that says ``suspended`` stays suspended: change the definition.
         """
@@ -257,6 +266,31 @@ class Schedules:
         if missed:
             metrics.SCHEDULE_SLOTS_MISSED.labels(name).inc(missed)
         return self.get(name)
+
+    def confirm_owner(self, *, source: str, namespaces: Sequence[str], holder: str,
+                      grace_seconds: int) -> None:
+        """An operator confirms the rows it wrote (``source``) in ``namespaces`` ('' = every
+        namespace): runners keep firing them for ``grace_seconds`` more, and suspend them
+        (``owner-absent``) once that passes without another confirmation."""
+        self.db.schedules.owner_renew(source=source, namespaces=namespaces, holder=holder,
+                                      grace_seconds=grace_seconds)
+
+    def owners(self) -> builtins.list[ScheduleOwner]:
+        """Every operator's confirmation, and whether it is within its grace now."""
+        return self.db.schedules.owners()
+
+    def resume_owned(self, name: str, *, source: str) -> bool:
+        """Lift an ``owner-absent`` suspension: an operator (``source``) whose resource
+        exists answers for the row from now on (its owner back, or another cluster with
+        the same spec). The planning point stays: the catch-up rule decides the slots
+        that passed. True when a suspension was lifted."""
+        return self.db.schedules.owner_resume(name, source=source)
+
+    def job_outcomes(self, name: str, *, floor: int
+                     ) -> builtins.list[tuple[int, str, str | None, str | None]]:
+        """(id, status, unique_key, last_error) of the schedule's jobs from ``floor`` on,
+        oldest first (at most the newest 500): what the operator tells as per-run Events."""
+        return self.db.schedules.job_outcomes(name, floor=floor)
 
     def delete(self, name: str) -> bool:
         """Remove a schedule; its jobs stay (their unique keys still guard their slots)."""
@@ -388,7 +422,7 @@ class Schedules:
         bounded batch per status group per call; returns how many were deleted.
 
         The limits are recorded on the schedule's row first: the database-wide
-        retention (:mod:`jobwarden.retention`) leaves a limited status group's jobs
+        retention (:mod:`jobwarden.maintenance.retention`) leaves a limited status group's jobs
         to the limit, so the two never both delete (or disagree about) one row.
         Call it with both None when the limits were removed."""
         self.db.schedules.set_history_limits(name, successful=successful, failed=failed)

@@ -16,6 +16,8 @@ class HostState:
     draining: bool
     running: int
     idle_marked: bool
+    #: Seconds since the current drain began (database clock); 0 when not draining.
+    draining_seconds: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -75,3 +77,18 @@ class DrainIdle:
 
     pool: str
     seconds: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ReleaseCount:
+    """How many registered worker processes run one Jobwarden release (docs/upgrades.md)."""
+
+    #: None: a process of 0.1.0 (or older), which records no release.
+    release: str | None
+    #: The newest migration the process's code needs (None with release None).
+    schema_needs: int | None
+    workers: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {"release": self.release, "schema_needs": self.schema_needs,
+                "workers": self.workers}

@@ -8,6 +8,7 @@ import json
 import uuid
 from typing import Any
 
+from jobwarden.structs.policies import OnBusy
 from jobwarden.structs.states import JobStatus
 
 JsonValue = Any
@@ -40,7 +41,7 @@ class JobSpec:
     lease_name: str | None = None
     schedule_name: str | None = None
     #: With ``lease_name``: what a busy lease does (None = the class's ``on_busy``).
-    on_busy: str | None = None
+    on_busy: OnBusy | None = None
     #: With ``lease_name``: the lease's lifetime without renewal (None = default window).
     lease_ttl_seconds: float | None = None
     #: The enqueuer's trace context (JSON of W3C headers) when OpenTelemetry is on.
@@ -114,7 +115,7 @@ class ClaimedJob:
     lease_name: str | None
     schedule_name: str | None
     queue_wait_seconds: float
-    on_busy: str | None = None
+    on_busy: OnBusy | None = None
     lease_ttl_seconds: float | None = None
     #: The enqueuer's trace context (see JobSpec), for the attempt's span.
     trace_context: str | None = None

@@ -15,6 +15,14 @@ from typing import Any
 #: The column's limit (CHECK in 0002_leases.sql); longer names are hashed.
 MAX_NAME_LENGTH = 200
 _DIGEST_LENGTH = 64  # sha256, hex
+#: Leases Jobwarden takes for its own loops (``jobwarden:gauges``, ``operator:<loop>``,
+#: ``maintenance:retention``): ``leases list`` shows them only with ``--all``.
+INTERNAL_PREFIXES = ("jobwarden:", "operator:", "maintenance:")
+
+
+def is_internal(name: str) -> bool:
+    """A lease of Jobwarden's own machinery, not one a user's code or job takes."""
+    return name.startswith(INTERNAL_PREFIXES)
 
 
 def lease_name(raw: str) -> str:
@@ -27,10 +35,10 @@ def lease_name(raw: str) -> str:
         raise ValueError("a lease name must not be empty")
     if len(raw) <= MAX_NAME_LENGTH:
         return raw
-    import hashlib  # here, not at the top: it maps OpenSSL (see jobwarden.digests)
+    # Here, not at the top: a worker whose lease names fit never loads it.
+    from jobwarden.structs.digests import sha256_hex
 
-    digest = hashlib.sha256(raw.encode("utf-8")).hexdigest()
-    return f"{raw[:MAX_NAME_LENGTH - _DIGEST_LENGTH - 1]}#{digest}"
+    return f"{raw[:MAX_NAME_LENGTH - _DIGEST_LENGTH - 1]}#{sha256_hex(raw)}"
 
 
 def check_ttl(ttl_seconds: float) -> float:

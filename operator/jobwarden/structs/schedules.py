@@ -1,14 +1,40 @@
-"""Rows and reports of the schedules table, as frozen dataclasses.
+"""Rows and reports of the schedules table, as frozen dataclasses and named tuples.
 
 Plain data only: the operator mirrors :class:`ScheduleRecord` into a
 ``JobSchedule``'s status, the CLI prints it, and neither needs the runner.
+
+A schedule goes by one type per stage, each named for what it is:
+
+* :class:`ScheduleDefinition`: what a writer decides, validated
+  (``schedules.validation.validate``); the store writes it as a row.
+* :class:`ScheduleRecord`: a stored row with the state the runner keeps.
+* :class:`DueSchedule`: what a runner pass reads of a due, locked row.
+* ``controller.specs.JobScheduleSpec``: a ``JobSchedule`` resource's spec, parsed;
+  it validates into a :class:`ScheduleDefinition`.
+* ``schedules.registry.CodeSchedule``: a definition declared in code, with its module.
+
+One word per setting, the Python and database one; the ``JobSchedule`` CRD keeps
+Kubernetes CronJob's words (its public API, and 0.1.0's columns are the same):
+
+=====================================  =================================
+Python (fields, arguments, columns)    CRD field (``JobSchedule.spec``)
+=====================================  =================================
+``overlap`` (:data:`Overlap`)          ``concurrencyPolicy``
+``catch_up`` (:data:`CatchUp`)         ``catchUp``
+``catch_up_window_seconds``            ``catchUpWindowSeconds``
+``catch_up_max``                       ``catchUpMax``
+``suspended``                          ``suspend``
+=====================================  =================================
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+from collections.abc import Sequence
 from typing import Any, NamedTuple
+
+from jobwarden.structs.policies import CatchUp, OnBusy, Overlap
 
 JsonValue = Any
 
@@ -18,7 +44,7 @@ def _jsonable(value: object) -> object:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
-class ScheduleSpec:
+class ScheduleDefinition:
     """A validated schedule definition: everything a writer decides (nothing the runner does).
 
     ``expression`` is the canonical stored form (``CRON_TZ=<zone> <cron>`` or
@@ -40,10 +66,10 @@ class ScheduleSpec:
     timeout_seconds: float | None
     max_retries: int | None
     idempotent: bool | None
-    catch_up: str
+    catch_up: CatchUp
     catch_up_window_seconds: int
     catch_up_max: int
-    overlap: str
+    overlap: Overlap
     suspended: bool
     source: str
     origin: str | None
@@ -74,10 +100,10 @@ class ScheduleRecord:
     priority: int | None
     timeout_seconds: float | None
     max_retries: int | None
-    catch_up: str
+    catch_up: CatchUp
     catch_up_window_seconds: int
     catch_up_max: int
-    overlap: str
+    overlap: Overlap
     suspended: bool
     source: str
     spec_hash: str
@@ -106,6 +132,17 @@ class ScheduleRecord:
     replaced_count: int = 0
     dropped_count: int = 0
     deferred_count: int = 0
+    #: The newest failure of a worker to import ``job_class`` (migration 0023): its
+    #: error, the host and when; None when no worker ever failed to.
+    class_error: str | None = None
+    class_error_host: str | None = None
+    class_error_at: datetime.datetime | None = None
+
+    @property
+    def class_unimportable(self) -> bool:
+        """A worker failed to import the job class after the schedule's last success."""
+        return self.class_error_at is not None and (
+            self.last_success_at is None or self.class_error_at > self.last_success_at)
 
     def fate_counts(self) -> dict[str, int]:
         """Every slot fate with its count, in :data:`SLOT_FATES` order."""
@@ -133,10 +170,11 @@ class DueSchedule(NamedTuple):
     timeout_seconds: float | None
     max_retries: int | None
     idempotent: bool | None
-    catch_up: str
+    #: CHECK-constrained to the policy words in the table, so typed as such here.
+    catch_up: CatchUp
     catch_up_window_seconds: int
     catch_up_max: int
-    overlap: str
+    overlap: Overlap
     planned_until: datetime.datetime
     last_job_id: int | None
     #: Status of the job ``last_job_id`` names (None: none, or purged; not read for an
@@ -153,14 +191,34 @@ class DueSchedule(NamedTuple):
     #: A job id drawn for the schedule by the claim: its first slot's job of the pass
     #: takes it (the write-back and the history then name the job without a lookup).
     job_id: int | None = None
+    #: The operator of the cluster that wrote it has not confirmed it within its grace
+    #: (migration 0022): the pass holds it (``owner_held_at``) instead of planning.
+    owner_absent: bool = False
 
 
-#: One slot's job as the runner copies it into ``jobs``: queue, job_class, data (JSON
-#: text), priority, max_retries, timeout_seconds, idempotent, unique_key, lease_name,
-#: schedule_name, on_busy, pod_run, id (drawn from the jobs' sequence by the claim; None
-#: for a schedule's second slot until the runner draws more).
-JobRow = tuple[str, str, str, int, int, float, bool, str, str | None, str, str | None,
-               str | None, int | None]
+class JobRow(NamedTuple):
+    """One slot's job as the runner copies it into ``jobs``, in the COPY's column order.
+
+    A named tuple: COPY writes it as the tuple it is, and the runner reads its
+    fields by name. ``data`` is the schedule's payload as JSON text; ``id`` is drawn
+    from the jobs' sequence by the claim (None for a schedule's second slot until
+    the runner draws more).
+    """
+
+    queue: str
+    job_class: str
+    data: str
+    priority: int
+    max_retries: int
+    timeout_seconds: float
+    idempotent: bool
+    unique_key: str
+    lease_name: str | None
+    schedule_name: str
+    on_busy: OnBusy | None
+    pod_run: str | None
+    id: int | None
+
 
 #: Slots kept per schedule in its fate history (``schedule_slots``): what readers show
 #: at most. The runner prunes a schedule's history back to this bound once its row
@@ -170,53 +228,78 @@ SLOT_HISTORY = 50
 SLOT_PRUNE_MARGIN = 25
 
 
-@dataclasses.dataclass(kw_only=True)
-class PassWrite:
-    """A runner pass's write-back, column by column (typed arrays on the wire).
+class Advance(NamedTuple):
+    """One schedule's write-back in a pass (a row of ``schedule_runner_advance``).
 
-    The first lists hold one entry per schedule of the pass: its row, its new planning
-    point, the newest slot that got a fate, the newest enqueued slot, the next
-    slot, the fates counted, the newest enqueued slot's job (its id as drawn by the
-    claim; its unique key, for the statement to look the id up when the job existed
-    before the pass), the error and the history's row count. The ``fate_*`` lists
-    hold one entry per slot that got a fate (the history; ``fate_job_ids`` and
-    ``fate_keys`` name the job of an enqueued slot).
+    Its row (``ctid``), its new planning point, the newest slot that got a fate, the
+    newest enqueued slot, the next slot, the fates counted, the newest enqueued
+    slot's job (its id as drawn by the claim; its unique key, for the statement to
+    look the id up when the job existed before the pass), the error and the
+    history's row count after the pass (an upper bound).
     """
 
-    names: list[str] = dataclasses.field(default_factory=list)
-    ctids: list[str] = dataclasses.field(default_factory=list)
-    planned_until: list[datetime.datetime | None] = dataclasses.field(default_factory=list)
-    last_slot: list[datetime.datetime | None] = dataclasses.field(default_factory=list)
-    last_enqueued_slot: list[datetime.datetime | None] = dataclasses.field(
-        default_factory=list)
-    next_slot: list[datetime.datetime | None] = dataclasses.field(default_factory=list)
-    enqueued: list[int] = dataclasses.field(default_factory=list)
-    skipped: list[int] = dataclasses.field(default_factory=list)
-    missed: list[int] = dataclasses.field(default_factory=list)
-    replaced: list[int] = dataclasses.field(default_factory=list)
-    last_key: list[str | None] = dataclasses.field(default_factory=list)
+    name: str
+    ctid: str
+    planned_until: datetime.datetime | None
+    last_slot: datetime.datetime | None
+    last_enqueued_slot: datetime.datetime | None
+    next_slot: datetime.datetime | None
+    enqueued: int
+    skipped: int
+    missed: int
+    replaced: int
+    last_key: str | None
     #: The id of the newest enqueued slot's job (None: look it up by ``last_key``).
-    last_job_ids: list[int | None] = dataclasses.field(default_factory=list)
-    error: list[str | None] = dataclasses.field(default_factory=list)
-    #: The schedule's history rows after the pass (an upper bound), and whether the
-    #: pass prunes its history back to the bound.
-    slot_rows: list[int] = dataclasses.field(default_factory=list)
-    prune: list[str] = dataclasses.field(default_factory=list)
-    fate_names: list[str] = dataclasses.field(default_factory=list)
-    fate_slots: list[datetime.datetime | None] = dataclasses.field(default_factory=list)
-    fates: list[str] = dataclasses.field(default_factory=list)
-    fate_keys: list[str | None] = dataclasses.field(default_factory=list)
-    fate_job_ids: list[int | None] = dataclasses.field(default_factory=list)
+    last_job_id: int | None
+    error: str | None
+    slot_rows: int
 
-    def forget_ids(self, keys: set[str]) -> None:
-        """The jobs of ``keys`` were not inserted by this pass (they existed): their
-        ids are the existing jobs', for the statements to look up by unique key."""
-        self.last_job_ids = [None if key in keys else found
-                             for key, found in zip(self.last_key, self.last_job_ids,
-                                                   strict=True)]
-        self.fate_job_ids = [None if key in keys else found
-                             for key, found in zip(self.fate_keys, self.fate_job_ids,
-                                                   strict=True)]
+
+class FateRow(NamedTuple):
+    """One slot's recorded fate (a row of the history, ``schedule_slots``);
+    ``job_id`` and ``unique_key`` name the job of an enqueued slot."""
+
+    name: str
+    slot: datetime.datetime
+    fate: str
+    unique_key: str | None
+    job_id: int | None
+
+
+@dataclasses.dataclass(kw_only=True)
+class PassWrite:
+    """A runner pass's write-back: one :class:`Advance` per planned schedule, one
+    :class:`FateRow` per slot that got a fate, the schedules whose history is pruned
+    back to its bound and those held (owner absent: suspended, not planned). The
+    statements send them column by column (typed arrays on the wire).
+    """
+
+    advances: list[Advance] = dataclasses.field(default_factory=list)
+    fates: list[FateRow] = dataclasses.field(default_factory=list)
+    prune: list[str] = dataclasses.field(default_factory=list)
+    #: Schedules whose owner is absent: suspended by the pass, not planned.
+    hold_names: list[str] = dataclasses.field(default_factory=list)
+    hold_ctids: list[str] = dataclasses.field(default_factory=list)
+
+    def less_existing(self, rows: Sequence[JobRow], inserted: set[str]) -> int:
+        """The jobs of ``rows`` whose unique key is not in ``inserted`` existed before
+        the pass: they are not counted enqueued, and their ids are the existing jobs'
+        (None: the statements look them up by unique key). Returns how many."""
+        existing: dict[str, int] = {}
+        for row in rows:
+            if row.unique_key not in inserted:
+                existing[row.schedule_name] = existing.get(row.schedule_name, 0) + 1
+        if not existing:
+            return 0
+        keys = {row.unique_key for row in rows if row.unique_key not in inserted}
+        self.advances = [
+            advance._replace(
+                enqueued=advance.enqueued - existing.get(advance.name, 0),
+                last_job_id=None if advance.last_key in keys else advance.last_job_id)
+            for advance in self.advances]
+        self.fates = [fate._replace(job_id=None) if fate.unique_key in keys else fate
+                      for fate in self.fates]
+        return sum(existing.values())
 
 
 #: Every fate a schedule slot can have, in the order people read them.
@@ -266,6 +349,9 @@ class RunReport:
     replaced: int = 0
     more: bool = False
     seconds: float = 0.0
+    #: The ``pod_run`` of every job this pass enqueued (``JobSchedule/<ns>/<name>``): the
+    #: operator wakes those resources at once to claim and start their pods. Not in JSON.
+    pod_runs: set[str] = dataclasses.field(default_factory=set, compare=False)
 
     def add(self, other: RunReport) -> None:
         for field in ("checked", "enqueued", "duplicates", "skipped", "missed", "errors",
@@ -273,9 +359,32 @@ class RunReport:
             setattr(self, field, getattr(self, field) + getattr(other, field))
         self.more = other.more
         self.seconds += other.seconds
+        self.pod_runs |= other.pod_runs
 
     def as_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "pod_runs"}
+
+
+#: ``suspended_by`` of a schedule the runner suspended because the operator of the
+#: cluster that wrote it has not confirmed it within its grace (migration 0022).
+OWNER_ABSENT = "owner-absent"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScheduleOwner:
+    """An operator's confirmation of the schedule rows it wrote (``schedule_owners``).
+
+    ``namespace`` '' covers every namespace (a cluster-wide operator). ``fresh``: renewed
+    within ``grace_seconds`` on the database clock when read.
+    """
+
+    source: str
+    namespace: str
+    holder: str
+    renewed_at: datetime.datetime
+    grace_seconds: int
+    fresh: bool
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -286,7 +395,10 @@ class ScheduleHealth:
     none ever did, since the schedule was created (a schedule that never succeeds
     grows as stale as it is old), with ``ever_succeeded`` False.
     ``lag_seconds``: how far the next due slot is behind now (0 when on time or
-    suspended).
+    suspended). ``expression``: the stored expression (its period is computed by
+    the schedules package). ``seconds_without_success``: how long the schedule has
+    been active without a success -- since the latest of its last success, its
+    creation and its last resume; 0 while suspended.
     """
 
     name: str
@@ -294,6 +406,8 @@ class ScheduleHealth:
     lag_seconds: float
     ever_succeeded: bool
     suspended: bool
+    expression: str = ""
+    seconds_without_success: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

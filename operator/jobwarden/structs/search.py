@@ -76,12 +76,16 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def parse_time(text: str, *, flag: str, now: datetime.datetime) -> datetime.datetime:
     """ISO 8601 (naive = UTC) or an age (``15m`` = fifteen minutes before ``now``)."""
+    shown = repr(text) if len(text) <= 60 else f"{text[:60]!r}..."
     match = _AGO.match(text.strip())
     if match:
-        return now - datetime.timedelta(
-            seconds=float(match.group("n")) * _UNIT[match.group("unit")])
+        try:
+            return now - datetime.timedelta(
+                seconds=float(match.group("n")) * _UNIT[match.group("unit")])
+        except (OverflowError, ValueError):  # beyond year 1 (or timedelta's range)
+            raise ValueError(f"{flag} {shown} reaches back before the year 1") from None
     try:
         value = datetime.datetime.fromisoformat(text.strip())
     except ValueError:
-        raise ValueError(f"{flag} {text!r} is neither ISO 8601 nor an age like 15m") from None
+        raise ValueError(f"{flag} {shown} is neither ISO 8601 nor an age like 15m") from None
     return value if value.tzinfo else value.replace(tzinfo=datetime.UTC)

@@ -18,12 +18,14 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobwarden import settings
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.worker.context import Attempt, Cancelled, Failed, Released, Succeeded
-from jobwarden.worker.worker import Worker
+
+if TYPE_CHECKING:
+    from jobwarden.worker.handle import WorkerHandle
 
 __all__ = ["SchedulePass", "TickLimits", "TickResult", "Ticker"]
 
@@ -109,20 +111,30 @@ def _outcome_name(attempt: Attempt) -> str:
 class Ticker:
     """Runs ticks for one host, one at a time.
 
-    ``standalone`` is for ``jobwarden tick``: the worker object was built but not
-    started, so the ticker runs its recorder for the duration of a tick.
+    It drives a worker through the worker's handle (:mod:`jobwarden.worker.handle`):
+    a tick claims, runs, heartbeats and records exactly as the worker does.
+    ``standalone`` is for ``jobwarden tick``: the worker was built but not
+    started, so the ticker runs its recorder for the duration of a tick, and
+    :meth:`close` stops that worker (``on_close``).
     ``run_schedules`` is the schedule pass of each tick (None: no schedules here).
     """
 
-    def __init__(self, worker: Worker, *, limits: TickLimits | None = None,
-                 standalone: bool = False, run_schedules: SchedulePass | None = None) -> None:
+    def __init__(self, worker: WorkerHandle, *, limits: TickLimits | None = None,
+                 standalone: bool = False, run_schedules: SchedulePass | None = None,
+                 on_close: Callable[[], object] | None = None) -> None:
         self.worker = worker
+        self._on_close = on_close
         self.run_schedules = run_schedules
         self.db = worker.db
         self.host = worker.host
         self.limits = limits or TickLimits.from_env()
         self._standalone = standalone
         self._running = threading.Lock()
+
+    def close(self) -> None:
+        """Stop the worker a standalone ticker drives (its extensions' stop hooks run)."""
+        if self._on_close is not None:
+            self._on_close()
 
     def run(self, *, max_jobs: int | None = None, timeout: float | None = None,
             request_id: str | None = None) -> TickResult:
@@ -163,7 +175,7 @@ class Ticker:
             if draining:
                 stopped = "draining"
                 break
-            if self.worker.stopping and not self._standalone:
+            if self.worker.stopping() and not self._standalone:
                 stopped = "stopping"
                 break
             if time.monotonic() >= budget_ends:
@@ -196,7 +208,8 @@ class Ticker:
                                                name="jobwarden-tick-recorder", daemon=True)
             recorder_thread.start()
         done = threading.Event()
-        beat = threading.Thread(target=self._watch, args=(attempt, done),
+        # Heartbeat it and enforce its deadline: the worker's own heartbeater.
+        beat = threading.Thread(target=worker.watch, args=(attempt, done),
                                 name="jobwarden-tick-heartbeat", daemon=True)
         beat.start()
         try:
@@ -210,9 +223,3 @@ class Ticker:
                 worker.recorder.stop()
                 recorder_thread.join(timeout=30.0)
         return _outcome_name(attempt)
-
-    def _watch(self, attempt: Attempt, done: threading.Event) -> None:
-        """Heartbeat the tick's attempt and enforce its deadline: the worker's heartbeater."""
-        self.worker.heartbeater.run(lambda: [attempt],
-                                    interval=self.worker.settings.heartbeat_interval,
-                                    until=done, poll=0.05)

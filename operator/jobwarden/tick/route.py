@@ -41,7 +41,7 @@ from typing import Any
 
 from jobwarden.tick.engine import SchedulePass, Ticker
 from jobwarden.worker.extensions import Extension, Route
-from jobwarden.worker.worker import Worker
+from jobwarden.worker.handle import WorkerHandle
 
 logger = logging.getLogger("jobwarden.tick")
 
@@ -210,7 +210,7 @@ _FILTER = RedactTokens()
 class TickExtension(Extension):
     """Serves ``/tick`` on the worker's HTTP server (404 until a token is configured)."""
 
-    def __init__(self, worker: Worker, *, run_schedules: SchedulePass | None = None) -> None:
+    def __init__(self, worker: WorkerHandle, *, run_schedules: SchedulePass | None = None) -> None:
         self.route = TickRoute(Ticker(worker, run_schedules=run_schedules))
         for name in ("jobwarden.http", "jobwarden.tick"):
             found = logging.getLogger(name)

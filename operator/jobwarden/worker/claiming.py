@@ -12,12 +12,22 @@ leaves from the thread that heard of the job. Polling every
 A claim whose reply was lost (the commit may have happened) is resolved by
 asking which rows carry the claim's batch id before claiming more, never by
 guessing: see :meth:`Claimer._resolve_claim`.
+
+An idle worker's polls back off (issue 31): while its LISTEN connection is
+verified (a probe NOTIFY came back on it, which a transaction-mode pooler's
+never does), each claim round that finds nothing doubles the wait, from
+``poll_interval`` up to the idle pace (``WorkerSettings.idle_seconds``), and
+the claim message of such a round also asks when the next pending job comes
+due, so a delayed job, a retry or a deferral -- which no NOTIFY announces -- is
+still claimed when it comes due. A claim that took anything, and a listener
+that is lost or unverified, go back to ``poll_interval``.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Sequence
 from typing import Literal
@@ -25,6 +35,7 @@ from typing import Literal
 from jobwarden import errors
 from jobwarden.db.database import Database, channel_name
 from jobwarden.db.hosts import HOSTS_TOPIC
+from jobwarden.maintenance.looping import Progress
 from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.worker.capacity import Capacity
@@ -34,6 +45,11 @@ logger = logging.getLogger("jobwarden.worker")
 
 #: What a claim round says to do next (see :meth:`Claimer.claim_round`).
 Round = Literal["more", "busy", "failed", "idle"]
+
+#: How long a new LISTEN connection waits for its probe NOTIFY (see Listener.verify).
+PROBE_SECONDS = 5.0
+#: After a probe that never came back (a transaction-mode pooler): try again this late.
+PROBE_RETRY_SECONDS = 60.0
 
 
 class Claimer:
@@ -70,6 +86,20 @@ class Claimer:
         self._unresolved: uuid.UUID | None = None
         #: Claims failed in a row (the fetch loop's backoff).
         self._failures = 0
+        #: Claim rounds in a row that found nothing (the idle backoff).
+        self.empty_rounds = 0
+        #: When (monotonic) the next pending job comes due, as the last idle claim
+        #: said (None: none waits, or not asked; see :meth:`idle_wait`).
+        self._next_due_at: float | None = None
+        #: Whether the last claim asked when the next job comes due.
+        self._due_known = False
+        #: The listen thread (its claims may learn of a job due before the fetch loop wakes).
+        self._listen_thread: threading.Thread | None = None
+        #: LISTEN connections whose probe NOTIFY never came back (a transaction-mode
+        #: pooler): the worker then polls every ``poll_interval``.
+        self.unheard_probes = 0
+        #: The claim round in progress, either thread's (the worker's /healthz reads it).
+        self.progress = Progress("claim")
 
     @property
     def stopping(self) -> bool:
@@ -91,7 +121,7 @@ class Claimer:
                 # Resume promptly once the database is back.
                 self._stopping.wait(min(0.05 * 2 ** min(self._failures, 5), 1.0))
             else:
-                self.wake_event.wait(self.settings.poll_interval)
+                self.wake_event.wait(self.idle_wait())
         with self._claim_lock:
             if self._unresolved is not None:  # stopping: whatever it took is given back
                 try:
@@ -111,44 +141,95 @@ class Claimer:
         ``"failed"``: the database is unreachable; ``"idle"``: nothing more now.
         """
         with self._claim_lock:
-            if self.stopping:
-                return "idle"
-            target = self._target()
-            in_flight = self.capacity.in_flight
-            if in_flight >= target:
-                return "busy"
-            free = min(target - in_flight, self.capacity.free)
-            # Cleared before the claim, not after: a NOTIFY that arrives while the
-            # claim is in flight must still wake the fetch loop's wait.
-            self.wake_event.clear()
+            self.progress.begin()
             try:
-                if self._unresolved is not None:
-                    self._resolve_claim(self._unresolved)
-                    self._unresolved = None
-                    return "more"  # then claim as usual, at once
-                limit = self._claim_gate(free)
-                claimed: list[ClaimedJob] = []
-                if limit > 0:
-                    batch = uuid.uuid4()
-                    self._unresolved = batch
-                    claimed = self.db.jobs.claim(
-                        host=self.host, limit=limit,
-                        grace_seconds=self.settings.heartbeat_grace,
-                        queues=self.settings.queues or None, host_cap=self.capped_claims,
-                        batch=batch,
-                    )
-                    self._unresolved = None
-                self._failures = 0
-            except errors.DatabaseUnavailable as exc:
-                self._db_state(False)
-                self._failures += 1
-                logger.warning("claim failed: %s", exc)
-                return "failed"
-            for claim in claimed:
-                self._accept(claim)
+                found = self._claim_round()
+            finally:
+                self.progress.end()
+        if isinstance(found, str):
+            return found
+        claimed, limit = found
         # Outside the lock: the readiness bookkeeping is not the claim's business.
         self._db_state(True)
         return "more" if claimed and len(claimed) >= limit else "idle"
+
+    def _claim_round(self) -> Round | tuple[list[ClaimedJob], int]:
+        """:meth:`claim_round` under the claim lock: what to do next, or (what the
+        claim took, how many it asked for) after a claim that was answered."""
+        if self.stopping:
+            return "idle"
+        target = self._target()
+        in_flight = self.capacity.in_flight
+        if in_flight >= target:
+            return "busy"
+        free = min(target - in_flight, self.capacity.free)
+        # Cleared before the claim, not after: a NOTIFY that arrives while the
+        # claim is in flight must still wake the fetch loop's wait.
+        self.wake_event.clear()
+        try:
+            if self._unresolved is not None:
+                self._resolve_claim(self._unresolved)
+                self._unresolved = None
+                return "more"  # then claim as usual, at once
+            limit = self._claim_gate(free)
+            claimed: list[ClaimedJob] = []
+            if limit > 0:
+                batch = uuid.uuid4()
+                self._unresolved = batch
+                claimed = self._claim(limit, batch)
+                self._unresolved = None
+                self.empty_rounds = 0 if claimed else self.empty_rounds + 1
+            self._failures = 0
+        except errors.DatabaseUnavailable as exc:
+            self._db_state(False)
+            self._failures += 1
+            logger.warning("claim failed: %s", exc)
+            return "failed"
+        for claim in claimed:
+            self._accept(claim)
+        return claimed, limit
+
+    def _claim(self, limit: int, batch: uuid.UUID) -> list[ClaimedJob]:
+        """The claim; after an empty one, with LISTEN verified, it also asks when the
+        next pending job comes due (no transaction of its own: see ``claim_idle``)."""
+        if self.capped_claims and self.empty_rounds > 0 and self.listening.is_set():
+            claimed, due = self.db.jobs.claim_idle(
+                host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
+                queues=self.settings.queues or None, batch=batch)
+            self._due_known = True
+            known = self._next_due_at
+            self._next_due_at = None if due is None else time.monotonic() + due
+            if self._next_due_at is not None and (known is None or self._next_due_at < known) \
+                    and threading.current_thread() is self._listen_thread:
+                # The listen thread heard of a job due sooner than the fetch loop
+                # sleeps: wake it to sleep until then instead.
+                self.wake_event.set()
+            return claimed
+        self._due_known = False
+        return self.db.jobs.claim(
+            host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
+            queues=self.settings.queues or None, host_cap=self.capped_claims, batch=batch)
+
+    def idle_wait(self) -> float:
+        """How long the fetch loop sleeps after a round that found nothing.
+
+        ``poll_interval`` unless LISTEN is verified and the last claim said when the
+        next job comes due; then twice the poll interval per empty round in a row,
+        up to the idle pace, and never past the next due job. Why it is safe: an
+        enqueue (and a resumed queue, a freed unit of a host's cap) NOTIFYs, and the
+        listen thread claims at once; what becomes due without a NOTIFY was asked for.
+        """
+        base = self.settings.poll_interval
+        if not self.listening.is_set():
+            return base
+        wait = base
+        if self._due_known and self.empty_rounds >= 2:
+            wait = min(base * 2.0 ** (self.empty_rounds - 1),
+                       max(self.settings.idle_seconds, base))
+        if self._due_known and self._next_due_at is not None:
+            # A little past the due time: the database's clock decides, not ours.
+            wait = min(wait, max(self._next_due_at - time.monotonic(), 0.0) + 0.01)
+        return wait
 
     def _target(self) -> int:
         """How many attempts to hold claimed: the slots plus the prefetch."""
@@ -214,22 +295,53 @@ class Claimer:
         # A capped host's processes also hear each other's freed slots (payload: host).
         topics = ("jobs", HOSTS_TOPIC) if self.capped_claims else ("jobs",)
         hosts_channel = channel_name(self.db.schema, HOSTS_TOPIC)
-        listener = self.db.listener(*topics)
+        self._listen_thread = threading.current_thread()
+        listener = self.db.listener(*topics, lend=True)
+        warned = False
+        probed_at = 0.0
         try:
             while not self.stopping:
                 try:
-                    received = listener.wait(0.0 if not self.listening.is_set() else 1.0)
+                    if not listener.verified:
+                        self._unheard()
+                        if listener.probe_sent and \
+                                time.monotonic() - probed_at > PROBE_RETRY_SECONDS:
+                            listener.close()  # unheard for long: probe a new connection
+                        if not listener.probe_sent:
+                            probed_at = time.monotonic()
+                            # A probe that comes back late (a loaded server) still
+                            # verifies the connection: wait() hears it.
+                            if not listener.verify(PROBE_SECONDS):
+                                self.unheard_probes += 1
+                                if not warned:
+                                    logger.warning(
+                                        "LISTEN heard no NOTIFY within %gs (a transaction-"
+                                        "mode pooler?): polling every %gs until it does; set "
+                                        "JOBWARDEN_LISTEN_DSN to a direct DSN for wake-ups",
+                                        PROBE_SECONDS, self.settings.poll_interval)
+                                    warned = True
+                    received = listener.wait(1.0)
                 except errors.DatabaseUnavailable:
-                    self.listening.clear()
+                    self._unheard()
                     self._stopping.wait(1.0)
                     continue
                 except Exception:  # e.g. a pooler that refuses LISTEN: poll only
-                    self.listening.clear()
+                    self._unheard()
                     logger.exception("listening for enqueues failed; polling only")
                     return
-                self.listening.set()  # LISTEN is in place: NOTIFYs now claim
+                if listener.verified:
+                    self.listening.set()  # LISTEN is in place and heard its probe
                 if any(channel != hosts_channel or payload == self.host
-                       for channel, payload in received) and self.claim_round() != "idle":
+                       for channel, payload in received) \
+                        and self.claim_round() != "idle":
                     self.wake_event.set()
         finally:
+            self._unheard()
             listener.close()
+
+    def _unheard(self) -> None:
+        """NOTIFYs may not arrive (listener lost or not verified): the fetch loop polls
+        every ``poll_interval`` again, starting now rather than after a long idle wait."""
+        if self.listening.is_set():
+            self.listening.clear()
+            self.wake_event.set()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from jobwarden import errors
-from jobwarden.definitions import Job
+from jobwarden.jobs.definitions import Job
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.policies import FailureReason, ReleaseReason
 from jobwarden.worker.results import cap_result

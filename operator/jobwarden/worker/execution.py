@@ -17,7 +17,8 @@ import traceback
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from jobwarden import definitions, errors
+from jobwarden import errors
+from jobwarden.jobs import definitions
 from jobwarden.worker.context import (
     Attempt,
     AttemptContext,

@@ -8,7 +8,8 @@ import cycle and left the worker's behaviour scattered over modules it did not
 know. Now the worker knows extensions only through the hooks below (in the
 manner of River's worker middleware and Oban's plugins) and never imports one;
 the composition root (:mod:`jobwarden.assembly`) is the only place that knows
-them all.
+them all. An extension is built by an :data:`ExtensionFactory` from the worker's
+narrow :class:`~jobwarden.worker.handle.WorkerHandle`, not from the ``Worker``.
 
 The hooks, each optional (derive from :class:`Extension` for no-op defaults):
 
@@ -33,13 +34,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from jobwarden.looping import PeriodicTask
+from jobwarden.maintenance.looping import PeriodicTask
 
 if TYPE_CHECKING:
-    from jobwarden.definitions import Job
+    from jobwarden.jobs.definitions import Job
     from jobwarden.worker.context import Attempt, AttemptContext, Outcome
+    from jobwarden.worker.handle import WorkerHandle
 
-__all__ = ["Extension", "PeriodicTask", "Route", "WorkerExtension"]
+__all__ = ["Extension", "ExtensionFactory", "PeriodicTask", "Route", "WorkerExtension"]
 
 #: An HTTP route: (method, path, query, headers, body) -> (status, JSON body).
 Route = Callable[[str, str, str, dict[str, str], bytes], tuple[int, dict[str, Any]]]
@@ -102,3 +104,8 @@ class Extension:
 
     def on_stopped(self) -> None:
         return None
+
+
+#: Builds one extension for a worker, from the worker's narrow handle (called once,
+#: while the worker is built: see :mod:`jobwarden.worker.handle`).
+ExtensionFactory = Callable[["WorkerHandle"], WorkerExtension]

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from jobwarden import errors
 from jobwarden.db.database import Database
+from jobwarden.maintenance.looping import Progress
 from jobwarden.worker.context import Attempt
 from jobwarden.worker.extensions import WorkerExtension
 
@@ -39,6 +40,8 @@ class Heartbeater:
         self._extensions = extensions
         self._db_state = db_state
         self._timed_out = timed_out
+        #: The heartbeat loop's round in progress (the worker's /healthz reads it).
+        self.progress = Progress("heartbeat")
 
     def one(self, attempt: Attempt) -> tuple[bool, bool]:
         """``Job.heartbeat()`` inside perform: (still ours, cancel requested); may raise."""
@@ -55,12 +58,15 @@ class Heartbeater:
         tick runs it over its one attempt, so both behave the same.
         """
         next_beat = time.monotonic() + interval
+        progress = self.progress
         while not until.is_set():
+            progress.begin()
             now = time.monotonic()
             self.enforce_deadlines(attempts(), now)
             if now >= next_beat:
                 next_beat = now + interval
                 self.beat(attempts(), tracked=tracked)
+            progress.end()
             until.wait(poll)
 
     def enforce_deadlines(self, attempts: Sequence[Attempt], now: float) -> None:

@@ -17,7 +17,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from jobwarden import definitions, errors, metrics, onbusy
+from jobwarden import errors
+from jobwarden.coordination import onbusy
+from jobwarden.jobs import definitions
+from jobwarden.observability import metrics
 from jobwarden.structs.policies import FailureReason
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker import execution

@@ -20,7 +20,8 @@ import threading
 import time
 from typing import Any, cast
 
-from jobwarden import definitions, errors
+from jobwarden import errors
+from jobwarden.jobs import definitions
 from jobwarden.structs.policies import FailureReason
 from jobwarden.worker.context import Attempt, AttemptContext, Cancelled, Failed, Outcome, Succeeded
 from jobwarden.worker.execution import describe, failure_from, perform_async, prepare

@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 from jobwarden import errors
 from jobwarden.db.database import Database
+from jobwarden.maintenance.looping import Progress
 from jobwarden.structs.jobs import Completion, Failure
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.context import Attempt, Cancelled, Failed, Outcome, Released, Succeeded
@@ -46,6 +47,8 @@ class Recorder:
         self._queue: queue.SimpleQueue[Attempt | None] = queue.SimpleQueue()
         self._unwritten = 0
         self._lock = threading.Condition()
+        #: The write in progress (the worker's /healthz reads it).
+        self.progress = Progress("recorder")
 
     def submit(self, attempt: Attempt) -> None:
         with self._lock:
@@ -86,6 +89,7 @@ class Recorder:
                     break
                 backlog.append(item)
             before = len(backlog)
+            self.progress.begin()
             try:
                 self._write(backlog)
                 self._db_state(True)
@@ -94,6 +98,7 @@ class Recorder:
                 logger.warning("cannot record %d outcome(s) yet, retrying: %s", len(backlog), exc)
                 time.sleep(0.25)
             finally:
+                self.progress.end()
                 done = before - len(backlog)
                 if done:
                     with self._lock:

@@ -9,16 +9,25 @@ the calling thread and hands its outcome to the recorder.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 
-from jobwarden import definitions, errors, logfields, metrics
+from jobwarden import errors
 from jobwarden.db.database import Database
+from jobwarden.jobs import definitions
+from jobwarden.observability import logfields, metrics
 from jobwarden.worker import execution
 from jobwarden.worker.context import Attempt, AttemptContext, Failed, Outcome
 from jobwarden.worker.extensions import CallNext, Extension, WorkerExtension
 from jobwarden.worker.recorder import Recorder
+
+#: A class that does not import is recorded (job_class_failures) at most this often
+#: per class and worker process (seconds).
+CLASS_FAILURE_EVERY = 60.0
+
+logger = logging.getLogger("jobwarden.worker")
 
 
 class AttemptRunner:
@@ -44,6 +53,8 @@ class AttemptRunner:
                           is not Extension.around_attempt]
         self.recorder = recorder
         self._heartbeat_one = heartbeat_one
+        self._failed_lock = threading.Lock()
+        self._failed_classes: dict[str, float] = {}
 
     def execute(self, attempt: Attempt) -> None:
         """Run one claimed attempt in the calling thread and submit its outcome.
@@ -62,6 +73,7 @@ class AttemptRunner:
         try:
             job_class = definitions.resolve(claim.job_class)
         except errors.UnknownJob as exc:
+            self._class_failed(claim.job_class, exc)
             return self.submit(attempt, execution.failure_from(exc, attempt))
         attempt.job_class = job_class  # the recorder's backoff and hooks reuse it
 
@@ -86,6 +98,21 @@ class AttemptRunner:
         context = AttemptContext(attempt, self._heartbeat_one, db=self.db,
                                  result_max_bytes=self.result_max_bytes)
         self.submit(attempt, call(context))
+
+    def _class_failed(self, job_class: str, exc: errors.UnknownJob) -> None:
+        """Record that this worker cannot import ``job_class`` (the operator reads it:
+        a JobSchedule of that class is not Ready), at most once a minute per class:
+        a queue full of such jobs costs one write a minute, not one per attempt."""
+        now = time.monotonic()
+        with self._failed_lock:
+            last = self._failed_classes.get(job_class)
+            if last is not None and now - last < CLASS_FAILURE_EVERY:
+                return
+            self._failed_classes[job_class] = now
+        try:
+            self.db.jobs.class_failed(job_class, error=str(exc), host=self.host)
+        except Exception as record_exc:  # never in the way of the attempt's outcome
+            logger.warning("cannot record that %r does not import: %s", job_class, record_exc)
 
     def submit(self, attempt: Attempt, outcome: Outcome) -> None:
         """Settle the attempt with ``outcome`` (first one wins) and queue its write."""

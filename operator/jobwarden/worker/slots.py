@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from jobwarden import logfields, metrics
+from jobwarden.observability import logfields, metrics
 from jobwarden.structs.jobs import ClaimedJob
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker.capacity import Capacity

@@ -39,24 +39,29 @@ was still running is left to the reaper (its heartbeats stop), never lost.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
+import math
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from jobwarden import definitions, metrics, reaper
 from jobwarden.db.database import Database
-from jobwarden.looping import TaskLoop
+from jobwarden.jobs import definitions
+from jobwarden.maintenance import reaper
+from jobwarden.maintenance.looping import TaskLoop, stalled
+from jobwarden.observability import metrics
 from jobwarden.settings import WorkerSettings
 from jobwarden.structs.states import JobStatus
 from jobwarden.worker import execution
 from jobwarden.worker.capacity import Capacity
 from jobwarden.worker.claiming import Claimer
 from jobwarden.worker.context import Attempt, Outcome
-from jobwarden.worker.extensions import PeriodicTask, WorkerExtension
+from jobwarden.worker.extensions import ExtensionFactory, PeriodicTask, WorkerExtension
+from jobwarden.worker.handle import WorkerHandle
 from jobwarden.worker.heartbeats import Heartbeater
 from jobwarden.worker.outcomes import FailureEvent, Outcomes, backoff
 from jobwarden.worker.recorder import Recorder
@@ -65,16 +70,19 @@ from jobwarden.worker.slots import Slots
 from jobwarden.worker.threads import Threads
 
 if TYPE_CHECKING:
-    from jobwarden.health import HealthServer
+    from jobwarden.observability.health import HealthServer
 
 logger = logging.getLogger("jobwarden.worker")
 
 EXIT_OK = 0
 EXIT_CRASHED = 70
+#: A pooled connection no call used for this long is closed (``Pool.trim``): an idle
+#: worker holds only its LISTEN connection between its rare calls (issue 31).
+TRIM_SECONDS = 2.0
 
 
 __all__ = ["EXIT_CRASHED", "EXIT_OK", "ExtensionFactory", "FailureEvent", "PeriodicTask",
-           "Worker"]
+           "Worker", "WorkerHandle"]
 
 E = TypeVar("E")
 
@@ -100,9 +108,10 @@ def _imported_pairs(queues: tuple[str, ...]) -> list[tuple[str, str]]:
 class Worker:
     """One worker process's engine; see the module docstring.
 
-    ``extensions`` are factories called once, in order, with this worker once its
-    own parts exist; the order is the order of their hooks (the first extension's
-    ``around_attempt`` is the outermost).
+    ``extensions`` are factories called once, in order, with this worker's
+    :class:`~jobwarden.worker.handle.WorkerHandle` (``self.handle``); the order is
+    the order of their hooks (the first extension's ``around_attempt`` is the
+    outermost).
     """
 
     def __init__(self, db: Database, settings: WorkerSettings, *,
@@ -110,12 +119,15 @@ class Worker:
         self.db = db
         self.settings = settings
         self.host = settings.host
+        _fit_heartbeat_bound(db, settings)
         for app in settings.apps:
             importlib.import_module(app)
         metrics.prime_jobs(_imported_pairs(settings.queues))
         self.outcomes = Outcomes(failure_hook=settings.failure_hook)
         self.capacity = Capacity(settings.concurrency + settings.max_prefetch)
         self._stopping = threading.Event()
+        #: The signal that first asked :meth:`run` to stop (the CLI exits 130 on SIGINT).
+        self.stop_signal: int | None = None
         self._stopped = threading.Event()
         self._force = threading.Event()
         self._threads = Threads(on_crash=self._crashed)
@@ -135,8 +147,10 @@ class Worker:
                                  result_max_bytes=settings.result_max_bytes,
                                  db_state=self._set_db_state,
                                  on_written=self._outcomes_written)
+        #: What the extensions are given of this worker (and a tick of it).
+        self.handle = self._handle()
         self.extensions: tuple[WorkerExtension, ...] = tuple(
-            factory(self) for factory in extensions)
+            factory(self.handle) for factory in extensions)
         self.heartbeater = Heartbeater(db, grace_seconds=settings.heartbeat_grace,
                                        extensions=self.extensions, db_state=self._set_db_state,
                                        timed_out=self._time_out)
@@ -160,12 +174,16 @@ class Worker:
         #: Set while the LISTEN connection is up (tests wait on it instead of sleeping).
         self.listening = self.claimer.listening
         self.periodic: list[PeriodicTask] = [
-            PeriodicTask(name="reaper", interval=settings.reap_interval, run=self.reap),
+            PeriodicTask(name="reaper", interval=settings.reap_interval, run=self._reap_due),
             *(task for ext in self.extensions for task in ext.periodic_tasks()),
+            # No database call: closes the pooled connection of a process at rest.
+            PeriodicTask(name="connections", interval=TRIM_SECONDS,
+                         run=lambda: db.connections.trim(TRIM_SECONDS)),
         ]
+        self._reaped_at = -math.inf
         self.http: HealthServer | None = None
         if settings.http_port is not None:
-            from jobwarden.health import HealthServer
+            from jobwarden.observability.health import HealthServer
 
             routes = {path: route for ext in self.extensions
                       for path, route in ext.routes().items()}
@@ -204,6 +222,8 @@ class Worker:
         """Run until SIGTERM/SIGINT (graceful, then forced on a second signal)."""
 
         def on_signal(signum: int, _frame: Any) -> None:
+            if self.stop_signal is None:
+                self.stop_signal = signum
             logger.info("received %s: %s", signal.Signals(signum).name,
                         "stopping now" if self.stopping else "draining")
             self.request_stop()
@@ -234,8 +254,14 @@ class Worker:
         return True, "ready"
 
     def liveness(self) -> tuple[bool, str]:
+        """Not alive when a thread crashed or a loop is stuck in one round (see
+        ``looping.Progress``): the heartbeat loop, a claim round, the recorder."""
         crash = self._threads.crash
-        return (False, f"crashed: {crash}") if crash else (True, "alive")
+        if crash:
+            return False, f"crashed: {crash}"
+        stuck = stalled([self.heartbeater.progress, self.claimer.progress,
+                         self.recorder.progress], self.settings.stall_seconds)
+        return (False, stuck) if stuck else (True, "alive")
 
     def active(self) -> list[Attempt]:
         """Every attempt this process holds (claimed, outcome not yet written)."""
@@ -257,6 +283,22 @@ class Worker:
         """
         self.runner.execute(attempt)
 
+    def _reap_due(self) -> int:
+        """The periodic reaper: every ``reap_interval`` while this process holds a
+        claim, else at the idle pace (``idle_seconds``).
+
+        Why: the reaper serves the fleet (it reclaims other processes' dead claims),
+        and every idle worker's pass is a transaction the database pays; a fleet at
+        rest still reaps every ``idle_seconds / N`` (docs/capacity-planning.md), and a
+        busy worker at its own pace.
+        """
+        idle = self.capacity.in_flight == 0
+        pace = max(self.settings.reap_interval, self.settings.idle_seconds) if idle else 0.0
+        if time.monotonic() - self._reaped_at < pace * 0.95:
+            return 0
+        self._reaped_at = time.monotonic()
+        return self.reap()
+
     def reap(self) -> int:
         # Refresh this process's own claims first: after an outage longer than the
         # grace (database down, process paused) they look stale, but they are alive
@@ -265,6 +307,21 @@ class Worker:
         return reaper.reap(self.db)
 
     # -- wiring between the parts --------------------------------------------------
+
+    def _handle(self) -> WorkerHandle:
+        """The one place an extension's view of this worker is made. Built before the
+        parts that take the extensions (heartbeater, runner, claimer): the operations
+        that need them are bound late, through this worker's methods."""
+        capacity = self.capacity
+        return WorkerHandle(db=self.db, settings=self.settings, host=self.host,
+                            recorder=self.recorder, stopping=self._stopping.is_set,
+                            in_flight=lambda: capacity.in_flight, wake=self.wake,
+                            reap=self.reap, execute=self.execute, watch=self._watch)
+
+    def _watch(self, attempt: Attempt, until: threading.Event) -> None:
+        # Polled often: a tick waits for this loop to end before it answers.
+        self.heartbeater.run(lambda: [attempt], interval=self.settings.heartbeat_interval,
+                             until=until, poll=0.05)
 
     def _crashed(self) -> None:
         self._stopping.set()
@@ -343,5 +400,18 @@ class Worker:
         return EXIT_CRASHED if self._threads.crash else EXIT_OK
 
 
-#: Builds one extension for a worker (called once, from ``Worker.__init__``).
-ExtensionFactory = Callable[[Worker], WorkerExtension]
+def _fit_heartbeat_bound(db: Database, settings: WorkerSettings) -> None:
+    """Lower the heartbeat calls' bound so that one abandoned heartbeat leaves time
+    for another inside the grace: interval + 2 x bound <= grace.
+
+    A claim last heartbeated at T is beaten again at T + interval; if that call is
+    abandoned at T + interval + bound, the next one goes out at once and must be
+    answered before T + grace, when the claim may be reaped.
+    """
+    room = (settings.heartbeat_grace - settings.heartbeat_interval) / 2
+    bound = db.bounds.heartbeat
+    if bound > room:
+        logger.debug("heartbeat calls bounded to %.2f s (the grace %.0f s leaves room for "
+                     "a retry)", room, settings.heartbeat_grace)
+        db.bounds = db.connections.bounds = dataclasses.replace(db.bounds, heartbeat=room)
+

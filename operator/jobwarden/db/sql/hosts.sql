@@ -58,8 +58,12 @@ ON CONFLICT (name) DO UPDATE SET last_seen_at = now(), code_version = excluded.c
 RETURNING h.name;
 
 -- name: worker_insert
-INSERT INTO {schema}.workers (id, host, pid, concurrency, queues, code_version)
-VALUES (%(worker)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s::text[], %(version)s)
+-- jobwarden_version and schema_needs: the release this process runs and the newest
+-- migration its code needs (`jobwarden status` lists them; docs/upgrades.md).
+INSERT INTO {schema}.workers (id, host, pid, concurrency, queues, code_version,
+                              jobwarden_version, schema_needs)
+VALUES (%(worker)s, %(host)s, %(pid)s, %(concurrency)s, %(queues)s::text[], %(version)s,
+        %(release)s, %(schema_needs)s)
 ON CONFLICT (id) DO UPDATE SET last_seen_at = now(), stopping = false;
 
 -- name: host_refresh
@@ -87,7 +91,11 @@ SELECT t.pool, coalesce(t.host_cap, p.host_cap) AS cap,
        (t.draining AND (t.drain_expires_at IS NULL OR t.drain_expires_at > now())) AS draining,
        (SELECT count(*) FROM {schema}.jobs AS j
         WHERE j.status = 'processing' AND j.claimed_by = t.name) AS running,
-       t.drain_idle_at IS NOT NULL AS idle_marked
+       t.drain_idle_at IS NOT NULL AS idle_marked,
+       -- How long the drain has lasted (jobwarden_host_draining_seconds), while draining.
+       CASE WHEN t.draining AND (t.drain_expires_at IS NULL OR t.drain_expires_at > now())
+            THEN greatest(extract(epoch FROM now() - coalesce(t.drain_started_at, now())), 0)
+            ELSE 0 END::double precision AS draining_seconds
 FROM touched AS t JOIN seen ON seen.host = t.name
 LEFT JOIN {schema}.host_pools AS p ON p.name = t.pool;
 
@@ -233,16 +241,18 @@ INSERT INTO {schema}.host_pools AS p (name, host_cap) VALUES (%(pool)s, %(cap)s)
 ON CONFLICT (name) DO UPDATE SET host_cap = excluded.host_cap, updated_at = now();
 
 -- name: host_status
+-- Named as HostStatus's fields, in its order (db/hosts.py reads the row by name).
 SELECT h.name, h.pool, h.code_version, coalesce(h.host_cap, p.host_cap) AS cap,
        (SELECT count(*) FROM {schema}.jobs AS j
         WHERE j.status = 'processing' AND j.claimed_by = h.name) AS running,
        (h.draining AND (h.drain_expires_at IS NULL OR h.drain_expires_at > now())) AS draining,
        h.drain_reason, h.drain_started_at, h.drain_expires_at, h.drain_idle_at,
        h.started_at, h.last_seen_at,
-       greatest(extract(epoch FROM now() - h.last_seen_at), 0)::double precision AS seen_ago,
+       greatest(extract(epoch FROM now() - h.last_seen_at), 0)::double precision
+           AS seen_seconds_ago,
        (SELECT count(*) FROM {schema}.workers AS w WHERE w.host = h.name) AS processes,
        (SELECT count(*) FROM {schema}.workers AS w WHERE w.host = h.name AND w.stopping)
-           AS stopping,
+           AS stopping_processes,
        (SELECT coalesce(sum(w.concurrency), 0) FROM {schema}.workers AS w
         WHERE w.host = h.name) AS slots
 FROM {schema}.hosts AS h LEFT JOIN {schema}.host_pools AS p ON p.name = h.pool
@@ -294,3 +304,10 @@ WHERE name = %(host)s AND tick_owner = %(owner)s;
 -- lock. A NOTIFY needs a transaction id, and so a commit; nothing here needs
 -- to survive a crash, so that commit does not wait for its WAL flush.
 SELECT set_config('synchronous_commit', 'off', true), pg_notify(%(channel)s, %(host)s);
+
+-- name: worker_releases
+-- `jobwarden status`: worker processes per Jobwarden release (NULL: 0.1.0, which
+-- records none) and the newest migration each needs.
+SELECT jobwarden_version, schema_needs, count(*)::integer
+FROM {schema}.workers
+GROUP BY jobwarden_version, schema_needs;

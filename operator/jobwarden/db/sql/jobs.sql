@@ -495,18 +495,20 @@ SELECT ended.id, ended.queue, ended.job_class, ended.status_after, ended.claimed
                               WHERE waiting_until > now()) AS n)
 FROM ended, notified, woken_notified;
 
+-- name: fragment_job_columns
+-- A job as JobRecord reads it (db/jobs.py JOB_COLUMNS): JobRecord's fields, by name
+-- and in its order (tests/db/test_named_rows.py checks every query that uses it).
+id, queue, job_class, data, priority, status::text AS status, run_at, attempts, max_retries,
+timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
+cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
+created_at, updated_at, finished_at, trace_context, pod_run
+
 -- name: job_get
-SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
-       timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
-       cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
-       created_at, updated_at, finished_at, trace_context, pod_run
+SELECT {fragment_job_columns}
 FROM {schema}.jobs WHERE id = %(id)s;
 
 -- name: job_list
-SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
-       timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
-       cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
-       created_at, updated_at, finished_at, trace_context, pod_run
+SELECT {fragment_job_columns}
 FROM {schema}.jobs
 WHERE (%(status)s::text IS NULL OR status::text = %(status)s)
   AND (%(queue)s::text IS NULL OR queue = %(queue)s)
@@ -549,6 +551,29 @@ WHERE id IN (
       AND finished_at < now() - make_interval(secs => %(older_than)s)
     LIMIT %(batch)s
 );
+
+-- name: job_running
+-- The newest running jobs (the overview, the live view of dev and top). The
+-- literal status lets the planner use the processing partial indexes and sort
+-- the few running rows; job_search's status test (ANY over a job_status[] cast)
+-- is not a constant to the planner (enum input is not immutable), which then
+-- expects most rows to match and walks the primary key instead -- past every
+-- row of a big table when hardly anything is running.
+SELECT {fragment_job_columns}
+FROM {schema}.jobs
+WHERE status = 'processing'
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: job_delete_finished
+-- One job, only when it is finished (completed, failed, interrupted, cancelled).
+-- The status test is the fence: a row that was retried or claimed meanwhile no
+-- longer matches (a DELETE that meets a claim's uncommitted write waits for it
+-- and re-checks the new row), so a running job is never deleted. Its attempt
+-- history goes with it (ON DELETE CASCADE). Returns the status it had.
+DELETE FROM {schema}.jobs
+WHERE id = %(id)s AND status IN ('completed', 'failed', 'interrupted', 'cancelled')
+RETURNING status::text;
 
 -- name: job_stats
 SELECT queue, status::text, count(*) FROM {schema}.jobs GROUP BY queue, status ORDER BY queue, status;
@@ -632,6 +657,24 @@ picked AS (
 )
 {fragment_claim_rows};
 
+-- name: job_next_due_queues
+-- Seconds until the next pending job of these queues comes due (NULL: none waits).
+-- Sent in an idle worker's claim message (JobsTable.claim_idle), after the claim in
+-- the same transaction, so the worker may sleep past its poll interval without
+-- missing a delayed job, a retry's backoff or a deferral that no NOTIFY announces.
+-- `run_at > now()`: what is due now was the claim's, or is held by a paused queue
+-- (its resume NOTIFYs) or locked by a sibling's claim.
+SELECT extract(epoch FROM min(run_at) - now())::double precision
+FROM {schema}.jobs
+WHERE status = 'pending' AND queue = ANY(%(queues)s::text[]) AND run_at > now()
+  AND pod_run IS NULL;
+
+-- name: job_next_due_any
+-- As job_next_due_queues, over every queue.
+SELECT extract(epoch FROM min(run_at) - now())::double precision
+FROM {schema}.jobs
+WHERE status = 'pending' AND run_at > now() AND pod_run IS NULL;
+
 -- name: job_oldest_pending
 -- Age of the oldest due pending job per queue: how long work has been waiting.
 -- Pool and pod runs each from their own partial index (0015_pool_claim_indexes).
@@ -702,3 +745,23 @@ SET attempt = excluded.attempt, started_at = excluded.started_at, finished_at = 
 -- A job's attempt history, oldest first.
 SELECT attempt, started_at, finished_at, host, outcome, status_after, error, traceback
 FROM {schema}.job_attempts WHERE job_id = %(id)s ORDER BY attempt;
+
+-- name: job_class_failure_record
+-- A worker could not import a job class (migration 0023): the newest failure, counted.
+-- Written from the failing attempt's path only (never on success), at most once a
+-- minute per class and process (worker/running.py).
+INSERT INTO {schema}.job_class_failures (job_class, error, host, failed_at, failures)
+VALUES (%(job_class)s, left(%(error)s, 1000), %(host)s, now(), 1)
+ON CONFLICT (job_class) DO UPDATE
+SET error = excluded.error, host = excluded.host, failed_at = excluded.failed_at,
+    failures = {schema}.job_class_failures.failures + 1;
+
+-- name: job_status_fingerprints
+-- One digest per job of %(ids)s: the job row and its lease's rows, what an
+-- ExclusiveJob's status pass reads. The operator's resync loop passes an ExclusiveJob
+-- only when its digest changed (controller/kube/kinds.py).
+SELECT j.id, md5(row(j.*)::text || coalesce((
+    SELECT string_agg(row(l.*)::text, ',' ORDER BY l.slot) FROM {schema}.leases AS l
+    WHERE l.name = j.lease_name), ''))
+FROM {schema}.jobs AS j
+WHERE j.id = ANY(%(ids)s::bigint[]);

@@ -140,6 +140,26 @@ WITH marked AS (
 )
 SELECT (SELECT count(*) FROM marked), set_config('synchronous_commit', 'off', true);
 
+-- name: fragment_lease_clear_rows
+-- Shared by the clears (it follows their `WITH old AS (... FOR UPDATE)`): free the
+-- slots in `old`, NOTIFY their name once per slot (a waiter takes over), and return
+-- what was cleared with its remaining time; rows and tokens stay, so the next
+-- holder's token is larger.
+,
+cleared AS (
+    UPDATE {schema}.leases AS l
+    SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
+    FROM old
+    WHERE l.name = old.name AND l.slot = old.slot
+    RETURNING old.name, old.slot, old.owner, old.holder_host, old.token, old.acquired_at,
+              old.expires_at,
+              extract(epoch FROM old.expires_at - now())::float8 AS expires_in_seconds
+),
+notified AS (
+    SELECT count(*) AS n FROM (SELECT pg_notify(%(channel)s, name) FROM cleared) AS c
+)
+SELECT cleared.*, (SELECT n FROM notified) FROM cleared ORDER BY slot
+
 -- name: lease_clear
 -- Force-release (operators): every held slot of a name, or only lapsed ones
 -- unless forced. Returns what was cleared; rows and tokens stay.
@@ -150,24 +170,13 @@ WITH old AS (
       AND (%(slot)s::integer IS NULL OR slot = %(slot)s::integer)
       AND (%(force)s OR expires_at <= now())
     FOR UPDATE
-),
-cleared AS (
-    UPDATE {schema}.leases AS l
-    SET owner = NULL, holder_host = NULL, expires_at = NULL, released_at = now()
-    FROM old
-    WHERE l.name = old.name AND l.slot = old.slot
-    RETURNING old.name, old.slot, old.owner, old.holder_host, old.token, old.acquired_at,
-              old.expires_at, extract(epoch FROM old.expires_at - now())::float8
-),
-notified AS (
-    SELECT count(*) AS n FROM (SELECT pg_notify(%(channel)s, name) FROM cleared) AS c
 )
-SELECT cleared.*, (SELECT n FROM notified) FROM cleared ORDER BY slot;
+{fragment_lease_clear_rows};
 
 -- name: lease_read
 -- Every slot row of a name, free ones included (their token is the last handed out).
 SELECT name, slot, owner, holder_host, token, acquired_at, expires_at,
-       extract(epoch FROM expires_at - now())::float8
+       extract(epoch FROM expires_at - now())::float8 AS expires_in_seconds
 FROM {schema}.leases
 WHERE name = %(name)s
 ORDER BY slot;
@@ -181,9 +190,21 @@ WHERE name = %(name)s AND slot = %(slot)s AND owner IS NOT NULL AND expires_at >
 -- Held leases (lapsed ones too when asked: they are still "held" until taken over
 -- or cleared), soonest expiry first per name.
 SELECT name, slot, owner, holder_host, token, acquired_at, expires_at,
-       extract(epoch FROM expires_at - now())::float8
+       extract(epoch FROM expires_at - now())::float8 AS expires_in_seconds
 FROM {schema}.leases
 WHERE owner IS NOT NULL AND (%(include_expired)s OR expires_at > now())
   AND (%(prefix)s::text IS NULL OR starts_with(name, %(prefix)s::text))
 ORDER BY name, slot
 LIMIT %(limit)s;
+
+-- name: lease_clear_holder
+-- The console's clear: one slot, only while the holder the operator confirmed
+-- (by its fencing token) still holds it. Nothing when the slot was released or
+-- changed hands meanwhile. Row and token stay, so the next holder's is larger.
+WITH old AS (
+    SELECT name, slot, owner, holder_host, token, acquired_at, expires_at
+    FROM {schema}.leases
+    WHERE name = %(name)s AND slot = %(slot)s AND token = %(token)s AND owner IS NOT NULL
+    FOR UPDATE
+)
+{fragment_lease_clear_rows};

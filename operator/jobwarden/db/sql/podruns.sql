@@ -122,7 +122,7 @@ WHERE id = %(id)s AND claim_token = %(token)s AND status = 'processing'
 -- The processing pod runs of the given resources, oldest first
 -- (jobs_pod_run_running_idx): for Replace (cancel_requested), status, pod GC, and
 -- the re-creation of a pod its operator died before creating (claimed_by, lease_token).
-SELECT j.id, j.pod_run, j.claim_token::text, j.attempts, j.schedule_name, j.unique_key,
+SELECT j.id, j.pod_run, j.claim_token::text AS claim_token, j.attempts, j.schedule_name, j.unique_key,
        j.cancel_requested, j.claimed_at, j.heartbeat_at, j.claim_expires_at, j.claimed_by,
        j.lease_token
 FROM {schema}.jobs AS j

@@ -24,7 +24,12 @@ ON CONFLICT (queue) DO UPDATE SET paused_by = {schema}.queue_pauses.paused_by
 RETURNING queue, paused_at;
 
 -- name: queue_resume
-DELETE FROM {schema}.queue_pauses WHERE queue = %(queue)s RETURNING queue;
+-- NOTIFY as an enqueue does: its due jobs wake idle workers, whose polls back off
+-- while LISTEN is up (worker/claiming.py).
+WITH resumed AS (
+    DELETE FROM {schema}.queue_pauses WHERE queue = %(queue)s RETURNING queue
+)
+SELECT queue, pg_notify(%(channel)s, queue) FROM resumed;
 
 -- name: queue_paused_list
 SELECT queue, paused_at, paused_by FROM {schema}.queue_pauses ORDER BY queue;
@@ -71,3 +76,16 @@ LEFT JOIN running AS r ON r.queue = n.queue
 LEFT JOIN recent AS c ON c.queue = n.queue
 LEFT JOIN {schema}.queue_pauses AS qp ON qp.queue = n.queue
 ORDER BY n.queue;
+
+-- name: jobs_finished_per_minute
+-- Jobs that finished per minute since %(since)s: completed, and failed or
+-- interrupted. A range over jobs_finished_idx (finished_at), so it reads the rows
+-- that finished in the range and nothing else; the console asks only for the
+-- minutes it has not kept yet (console/charts.py).
+SELECT date_trunc('minute', finished_at) AS minute,
+       count(*) FILTER (WHERE status = 'completed') AS completed,
+       count(*) FILTER (WHERE status IN ('failed', 'interrupted')) AS failed
+FROM {schema}.jobs
+WHERE finished_at >= %(since)s
+GROUP BY 1
+ORDER BY 1;

@@ -2,21 +2,26 @@
 -- braces are doubled. Every time is the database clock (now()) unless the caller
 -- passes an explicit instant (tests pin "now" that way instead of sleeping).
 --
--- The record read: the stored row, the status of the job of its last slot, and the
+-- The record read: the stored row, the status of the job of its last slot, the
 -- newest completed job of the schedule (jobs_schedule_idx walks the schedule's jobs
--- newest first and stops at the first completed one).
+-- newest first and stops at the first completed one), and the newest failure of a
+-- worker to import its job class (migration 0023; one primary-key probe).
 
 -- name: fragment_schedule_record
+-- Named as db/schedules.py's ScheduleColumns, in its order (read by name).
 SELECT s.name, s.expression, s.cron, s.interval_seconds, s.timezone, s.job_class, s.data,
        s.queue, s.priority, s.timeout_seconds, s.max_retries, s.idempotent, s.catch_up,
        s.catch_up_window_seconds, s.catch_up_max, s.overlap, s.suspended, s.suspended_by,
        s.spec_suspended, s.source, s.origin, s.spec_hash, s.planned_until, s.last_slot,
        s.last_enqueued_slot, s.next_slot, s.enqueued_count, s.skipped_count, s.missed_count,
-       s.last_job_id, j.status::text, j.finished_at,
-       greatest(s.last_success_at, ok.finished_at), s.last_error, s.created_at, s.updated_at,
-       s.pod_run, s.replaced_count, s.dropped_count, s.deferred_count
+       s.last_job_id, j.status::text AS last_job_status, j.finished_at AS last_job_finished_at,
+       greatest(s.last_success_at, ok.finished_at) AS last_success_at, s.last_error,
+       s.created_at, s.updated_at, s.pod_run, s.replaced_count, s.dropped_count,
+       s.deferred_count, s.owner_held_at, f.error AS class_error, f.host AS class_error_host,
+       f.failed_at AS class_error_at
 FROM {schema}.schedules AS s
 LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
+LEFT JOIN {schema}.job_class_failures AS f ON f.job_class = s.job_class
 LEFT JOIN LATERAL (
     SELECT c.finished_at FROM {schema}.jobs AS c
     WHERE c.schedule_name = s.name AND c.status = 'completed'
@@ -75,7 +80,12 @@ SET expression = %(expression)s, cron = %(cron)s, interval_seconds = %(interval_
     spec_suspended = %(spec_suspended)s, source = %(source)s, origin = %(origin)s,
     spec_hash = %(spec_hash)s, planned_until = %(planned_until)s,
     last_slot = coalesce(%(last_slot)s, last_slot), next_slot = %(next_slot)s,
-    missed_count = missed_count + %(missed)s, pod_run = %(pod_run)s, updated_at = now()
+    missed_count = missed_count + %(missed)s, pod_run = %(pod_run)s, updated_at = now(),
+    -- `suspended` on the right is the row's old value: a resume is recorded here (and
+    -- the end of a hold while the owner was absent: a writer of the definition is here).
+    resumed_at = CASE WHEN (suspended OR owner_held_at IS NOT NULL) AND NOT %(suspended)s
+                      THEN now() ELSE resumed_at END,
+    owner_held_at = NULL
 WHERE name = %(name)s;
 
 -- name: schedule_delete
@@ -114,17 +124,31 @@ DELETE FROM {schema}.schedule_slots WHERE schedule_name = %(name)s;
 -- the job by it instead of looking each one up by its unique key (a schedule that
 -- enqueues nothing leaves a gap in the ids; more than one slot draws the rest in
 -- schedule_runner_job_ids).
+-- Held schedules (owner_held_at, migration 0022) are not due. The second last
+-- column says whether the schedule's owner is absent: a row a cluster's operator
+-- wrote, covered by that cluster's owner rows ((source, namespace) or (source, '')),
+-- none of them renewed within its grace. The runner holds such a schedule instead
+-- of enqueuing (schedule_runner_hold). Real
+-- time (now()), not the pass's clock: the heartbeat is, whatever instant a test
+-- passes. Only for kubernetes sources (one probe of a small table's primary key).
 WITH clock AS (SELECT coalesce(%(now)s::timestamptz, now()) AS at)
-SELECT s.name, s.expression, s.job_class, s.data::text, s.queue, s.priority,
+SELECT s.name, s.expression, s.job_class, s.data::text AS data, s.queue, s.priority,
        s.timeout_seconds, s.max_retries, s.idempotent, s.catch_up,
        s.catch_up_window_seconds, s.catch_up_max, s.overlap, s.planned_until,
        s.last_job_id,
        CASE WHEN s.overlap <> 'Allow' THEN
-           (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id) END,
-       s.next_slot, s.pod_run, s.ctid::text, s.slot_rows,
-       nextval('{schema}.jobs_id_seq'::regclass), clock.at
+           (SELECT j.status::text FROM {schema}.jobs AS j WHERE j.id = s.last_job_id) END
+           AS last_job_status,
+       s.next_slot, s.pod_run, s.ctid::text AS ctid, s.slot_rows,
+       nextval('{schema}.jobs_id_seq'::regclass) AS job_id,
+       CASE WHEN starts_with(s.source, 'kubernetes:') THEN coalesce(
+           (SELECT bool_and(o.renewed_at + o.grace_seconds * interval '1 second' < now())
+            FROM {schema}.schedule_owners AS o
+            WHERE o.source = s.source AND o.namespace IN ('', split_part(s.name, '/', 1))),
+           false) ELSE false END AS owner_absent,
+       clock.at
 FROM {schema}.schedules AS s, clock
-WHERE NOT s.suspended AND s.next_slot <= clock.at
+WHERE NOT s.suspended AND s.owner_held_at IS NULL AND s.next_slot <= clock.at
 
 -- name: schedule_runner_claim
 {fragment_schedule_runner_due}
@@ -242,6 +266,49 @@ SELECT CASE WHEN count(*) = %(count)s THEN count(*)
                   || ' schedules')::bigint END
 FROM advanced;
 
+-- name: schedule_runner_hold
+-- The schedules of the pass whose owner is absent (the claim's owner_absent column):
+-- held in the pass's transaction, found by the claim's tuple ids as the write-back
+-- finds its rows. The planning point stays where it was: when the owner returns and
+-- lifts the hold (schedule_owner_resume), the catch-up rule decides the slots that
+-- passed, as after any runner outage.
+UPDATE {schema}.schedules AS s
+SET owner_held_at = now(),
+    last_error = 'the operator of ' || s.source || ' has not confirmed this schedule '
+                 || 'within its grace (its resource may be gone)',
+    updated_at = now()
+FROM unnest(%(names)s::text[], %(ctids)s::tid[]) AS a(name, ctid)
+WHERE s.ctid = a.ctid AND s.name = a.name;
+
+-- name: schedule_owner_renew
+-- An operator confirms its rows: one owner row per watched namespace ('' = all),
+-- renewed on the database clock with the grace the runners are to give it.
+INSERT INTO {schema}.schedule_owners (source, namespace, holder, renewed_at, grace_seconds)
+SELECT %(source)s, n, %(holder)s, now(), %(grace)s
+FROM unnest(%(namespaces)s::text[]) AS n
+ON CONFLICT (source, namespace) DO UPDATE
+SET holder = excluded.holder, renewed_at = excluded.renewed_at,
+    grace_seconds = excluded.grace_seconds;
+
+-- name: schedule_owner_list
+-- Every owner row, and whether it is within its grace now (the database clock).
+SELECT source, namespace, holder, renewed_at, grace_seconds,
+       renewed_at + grace_seconds * interval '1 second' >= now()
+FROM {schema}.schedule_owners
+ORDER BY source, namespace;
+
+-- name: schedule_owner_resume
+-- An operator whose resource exists lifts the hold, keeping the planning point (the
+-- catch-up rule decides the slots that passed meanwhile): the owner that returned, or
+-- another cluster whose resource has the same spec, which then becomes the row's
+-- source (its operator confirms it from now on).
+-- resumed_at: the time held does not count as "active without a success".
+UPDATE {schema}.schedules
+SET owner_held_at = NULL, last_error = NULL, source = %(source)s, resumed_at = now(),
+    updated_at = now()
+WHERE name = %(name)s AND owner_held_at IS NOT NULL
+RETURNING name;
+
 -- name: schedule_add_backfill
 -- Slots enqueued by hand (backfill) count as enqueued; the planning point is not moved.
 UPDATE {schema}.schedules
@@ -274,7 +341,7 @@ SELECT name, origin FROM {schema}.schedules WHERE source = 'code' AND NOT suspen
 -- to suspend). False: the worker skips that part without loading the runner or
 -- the sync (docs/benchmarks.md, "Idle worker RSS").
 SELECT EXISTS (SELECT 1 FROM {schema}.schedules
-               WHERE NOT suspended AND next_slot <= now()),
+               WHERE NOT suspended AND owner_held_at IS NULL AND next_slot <= now()),
        %(sync)s::boolean AND EXISTS (SELECT 1 FROM {schema}.schedules
                                      WHERE source = 'code' AND NOT suspended);
 
@@ -287,14 +354,23 @@ RETURNING name;
 -- name: schedule_health
 -- Freshness per schedule on the database clock: seconds since the newest success
 -- (or, when none ever succeeded, since creation) and how far the next slot is
--- behind now.
+-- behind now; the expression (its period, computed by the caller); and the seconds
+-- the schedule has been active without a success: since the latest of its last
+-- success, its creation and its last resume, 0 while suspended (what
+-- JobwardenScheduleNoSuccess compares with its period). A schedule held while its
+-- owner is absent (owner_held_at) counts as suspended.
 SELECT s.name,
        extract(epoch FROM now() - coalesce(greatest(s.last_success_at, ok.finished_at),
                                            s.created_at))::double precision,
-       CASE WHEN s.suspended THEN 0
+       CASE WHEN s.suspended OR s.owner_held_at IS NOT NULL THEN 0
             ELSE greatest(extract(epoch FROM now() - s.next_slot), 0) END::double precision,
        greatest(s.last_success_at, ok.finished_at) IS NOT NULL,
-       s.suspended
+       s.suspended OR s.owner_held_at IS NOT NULL,
+       s.expression,
+       CASE WHEN s.suspended OR s.owner_held_at IS NOT NULL THEN 0
+            ELSE extract(epoch FROM now() - greatest(s.last_success_at, ok.finished_at,
+                                                     s.created_at, s.resumed_at))
+       END::double precision
 FROM {schema}.schedules AS s
 LEFT JOIN LATERAL (
     SELECT c.finished_at FROM {schema}.jobs AS c
@@ -308,6 +384,16 @@ ORDER BY s.name;
 -- JobSchedule; jobs_schedule_idx walks the schedule's jobs newest first).
 SELECT id, status::text FROM {schema}.jobs
 WHERE schedule_name = %(name)s AND status IN ('pending', 'processing')
+ORDER BY id DESC
+LIMIT %(limit)s;
+
+-- name: schedule_job_outcomes
+-- The schedule's jobs from %(floor)s on, newest %(limit)s at most (the operator's
+-- per-run Events, controller/runevents.py: the floor is the oldest job still active
+-- at its previous pass), and the end of each one's error (the exception line).
+-- jobs_schedule_idx walks the schedule's jobs newest first.
+SELECT id, status::text, unique_key, right(last_error, 500) FROM {schema}.jobs
+WHERE schedule_name = %(name)s AND id >= %(floor)s
 ORDER BY id DESC
 LIMIT %(limit)s;
 
@@ -404,3 +490,32 @@ SELECT name, enqueued_count, skipped_count, missed_count, replaced_count, droppe
        deferred_count
 FROM {schema}.schedules
 ORDER BY name;
+
+-- name: schedule_status_fingerprints
+-- One digest per schedule of %(names)s: what a JobSchedule's status pass reads of the
+-- row, its last job and its class's newest import failure. The operator's resync loop
+-- passes a JobSchedule only when its digest changed (controller/kube/kinds.py), so the
+-- columns a runner pass writes without changing the status (planned_until,
+-- updated_at) are left out.
+SELECT s.name, md5(row(s.suspended, s.suspended_by, s.spec_suspended, s.owner_held_at,
+       s.source, s.spec_hash,
+       s.last_slot, s.next_slot, s.enqueued_count, s.skipped_count, s.missed_count,
+       s.replaced_count, s.dropped_count, s.deferred_count, s.last_job_id, s.last_success_at,
+       s.last_error, s.pod_run, j.status, j.finished_at, f.error, f.host, f.failed_at)::text)
+FROM {schema}.schedules AS s
+LEFT JOIN {schema}.jobs AS j ON j.id = s.last_job_id
+LEFT JOIN {schema}.job_class_failures AS f ON f.job_class = s.job_class
+WHERE s.name = ANY(%(names)s::text[]);
+
+-- name: schedule_names_of_source
+-- The names of the schedules one source (cluster) wrote: what the operator's sweep
+-- compares with the JobSchedules it sees, every minute (names only, not records).
+SELECT name FROM {schema}.schedules WHERE source = %(source)s ORDER BY name;
+
+-- name: schedule_next_slot_in
+-- Seconds until the earliest slot that is not due yet of any schedule a runner would
+-- plan (NULL: none): the operator's schedule loop wakes then, not a check interval
+-- later. The first row of schedules_due_owned_idx past now.
+SELECT extract(epoch FROM min(next_slot) - clock_timestamp())::float8
+FROM {schema}.schedules
+WHERE NOT suspended AND owner_held_at IS NULL AND next_slot > clock_timestamp();

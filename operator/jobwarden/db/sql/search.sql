@@ -19,10 +19,7 @@ AND (%(error)s::text IS NULL OR strpos(lower(coalesce(last_error, '')), %(error)
 -- name: job_search
 -- One page, newest first; keyset pagination: the next page passes the last id
 -- seen as %(before)s. Never counts the whole table.
-SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
-       timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
-       cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
-       created_at, updated_at, finished_at, trace_context, pod_run
+SELECT {fragment_job_columns}
 FROM {schema}.jobs
 WHERE {fragment_job_filter}
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
@@ -101,9 +98,6 @@ SELECT (SELECT count(*) FROM done), (SELECT min(id) FROM batch), (SELECT count(*
 -- name: job_schedule_recent
 -- A schedule's latest jobs (its enqueued slots and what became of them), newest
 -- first, from jobs_schedule_idx.
-SELECT id, queue, job_class, data, priority, status::text, run_at, attempts, max_retries,
-       timeout_seconds, idempotent, unique_key, lease_name, claimed_by, claimed_at, heartbeat_at,
-       cancel_requested, deferrals, lease_lost, lease_token, result, last_error, schedule_name,
-       created_at, updated_at, finished_at, trace_context, pod_run
+SELECT {fragment_job_columns}
 FROM {schema}.jobs WHERE schedule_name = %(name)s
 ORDER BY id DESC LIMIT %(limit)s;

@@ -1,0 +1,2 @@
+"""``ExclusiveJob``: one job row per resource generation under its lease, and its ``.status``.
+"""

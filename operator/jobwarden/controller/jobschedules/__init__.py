@@ -1,0 +1,2 @@
+"""``JobSchedule``: one schedule row per resource, its ``.status`` and per-run Events.
+"""

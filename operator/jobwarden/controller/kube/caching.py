@@ -1,0 +1,197 @@
+"""An informer-style cache of watched objects: what the operator's own watch streams saw.
+
+Why a cache and not a LIST per pass: a WorkerPool used to LIST its pods every
+2 s and read its DSN Secret as often, 60 API calls a minute for an idle pool.
+kopf already keeps a watch stream open for every kind it handles; the cache
+keeps the last body of every object those streams delivered (kopf's indexing
+step feeds it before any handler runs, and kopf holds all handlers until every
+indexed kind has been listed once, so a handler never sees a half-filled
+cache), and the operator's own writes go through it as well (the body the API
+server answered a create, patch or delete with), so a pass right after a pod
+creation counts that pod even before its watch event arrives.
+
+Stale bodies are the price. A body is only replaced by one with a newer
+``resourceVersion`` (the etcd revision: in practice a number that only grows;
+kube-apiserver documents it as opaque, so a non-numeric one is always taken),
+so a late watch event cannot undo a write. A deletion the watch missed (a
+relist after an expired resource version) leaves a phantom: the resync loop
+verifies every cached object now and then with one GET and drops what is gone
+(``resyncing``), and 404 on a write drops it at once.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: How long a deletion is remembered, so a late event of the deleted object is ignored.
+TOMBSTONE_SECONDS = 120.0
+#: How long a handler's status patch is laid over the bodies the watch delivers.
+AMEND_SECONDS = 10.0
+
+
+def _merge_status(body: dict[str, Any], patch: Mapping[str, Any]) -> None:
+    """A JSON merge patch of ``.status``'s top-level keys (None removes one)."""
+    merged = dict(body.get("status") or {})
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = copy.deepcopy(value)
+    body["status"] = merged
+
+
+def _holds(body: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
+    """Does ``body``'s status already say what ``patch`` sets?"""
+    status = body.get("status") or {}
+    return all(status.get(key) == value for key, value in patch.items())
+
+
+def version_of(body: Mapping[str, Any]) -> int | None:
+    """The resourceVersion as a number, None when it is not one (then it always wins)."""
+    raw = (body.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(raw) if raw is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def uid_of(body: Mapping[str, Any]) -> str:
+    return str((body.get("metadata") or {}).get("uid") or "")
+
+
+def owners_of(body: Mapping[str, Any]) -> list[str]:
+    return [str(ref.get("uid")) for ref in (body.get("metadata") or {}).get("ownerReferences")
+            or [] if ref.get("uid")]
+
+
+class ObjectCache:
+    """Bodies by uid (plain dicts, copied in and out), grouped by owner uid. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._bodies: dict[str, dict[str, Any]] = {}
+        self._tombstones: dict[str, tuple[float, int | None]] = {}
+        #: Status patches on their way to the API server (:meth:`amend_status`), by
+        #: uid: (until when, the patch). Applied over every body taken meanwhile.
+        self._amended: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    def put(self, body: Mapping[str, Any], *, written: bool = False) -> bool:
+        """Keep ``body`` unless the same or a newer one (or its deletion) is known.
+
+        True when the body was new: the caller's cue that something changed.
+        ``written``: the API server's answer to this operator's own status write,
+        which was decided from the amended status and so supersedes the amendment.
+        """
+        uid = uid_of(body)
+        if not uid:
+            return False
+        version = version_of(body)
+        with self._lock:
+            dead = self._tombstones.get(uid)
+            if dead is not None:
+                if time.monotonic() - dead[0] < TOMBSTONE_SECONDS:
+                    return False
+                del self._tombstones[uid]
+            known = self._bodies.get(uid)
+            if known is not None and version is not None:
+                had = version_of(known)
+                if had is not None and (had > version or (had == version
+                                                          and uid not in self._amended)):
+                    return False  # older, or the same state again (our write's own event)
+            stored = copy.deepcopy(dict(body))
+            if written:
+                self._amended.pop(uid, None)
+            overlay = self._amended.get(uid)
+            if overlay is not None:
+                if time.monotonic() >= overlay[0] or _holds(stored, overlay[1]):
+                    del self._amended[uid]  # landed (or never will): the server's word
+                else:
+                    _merge_status(stored, overlay[1])
+            self._bodies[uid] = stored
+            return True
+
+    def amend_status(self, uid: str, status: Mapping[str, Any] | None) -> None:
+        """Apply a status merge patch that is on its way to the API server (a kopf
+        handler's: kopf sends it after the handler returns) to the cached body, and
+        over every body taken until one shows it (at most :data:`AMEND_SECONDS`).
+
+        Why: the resync loop reads ``.status`` from here as what was already decided
+        and reported; until the patch lands, it would decide the same transitions
+        again and post their Events a second time (issue 27: ``SecretNotFound`` x2).
+        kopf may write the object's annotations before its status, so the watch can
+        deliver a newer body without the status first: the patch stays over it. A
+        body of the same resourceVersion read again (the loop's GET) is taken too,
+        so a patch that never lands is corrected when the overlay expires.
+        """
+        if not status:
+            return
+        with self._lock:
+            body = self._bodies.get(uid)
+            if body is None:
+                return
+            patch = copy.deepcopy(dict(status))
+            _merge_status(body, patch)
+            self._amended[uid] = (time.monotonic() + AMEND_SECONDS, patch)
+
+    def remove(self, uid: str) -> dict[str, Any] | None:
+        """Forget the object (deleted); its late events are ignored for a while."""
+        with self._lock:
+            now = time.monotonic()
+            self._tombstones = {k: v for k, v in self._tombstones.items()
+                                if now - v[0] < TOMBSTONE_SECONDS}
+            body = self._bodies.pop(uid, None)
+            self._amended.pop(uid, None)
+            self._tombstones[uid] = (now, version_of(body) if body else None)
+            return body
+
+    def get(self, uid: str) -> dict[str, Any] | None:
+        with self._lock:
+            body = self._bodies.get(uid)
+            return copy.deepcopy(body) if body is not None else None
+
+    def uids(self) -> list[str]:
+        with self._lock:
+            return list(self._bodies)
+
+    def project(self, fn: Callable[[Mapping[str, Any]], T],
+                uids: Iterable[str] | None = None) -> dict[str, T]:
+        """``fn`` of every cached body (of ``uids`` only, if given), by uid, without
+        copying the bodies (``fn`` must only read): what the resync loop needs of
+        thousands of objects each pass."""
+        with self._lock:
+            if uids is None:
+                return {uid: fn(body) for uid, body in self._bodies.items()}
+            return {uid: fn(self._bodies[uid]) for uid in uids if uid in self._bodies}
+
+    def bodies(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [copy.deepcopy(b) for b in self._bodies.values()]
+
+    def owned_by(self, owner_uid: str) -> list[dict[str, Any]]:
+        """The cached objects with an ownerReference to ``owner_uid``."""
+        with self._lock:
+            return [copy.deepcopy(b) for b in self._bodies.values()
+                    if owner_uid in owners_of(b)]
+
+    def replace_owned(self, owner_uid: str, bodies: list[dict[str, Any]]) -> None:
+        """A fresh LIST of one owner's objects: what it lacks is gone, what it has is kept."""
+        listed = {uid_of(b) for b in bodies}
+        for uid in [u for u, b in self._snapshot().items()
+                    if owner_uid in owners_of(b) and u not in listed]:
+            self.remove(uid)
+        for body in bodies:
+            self.put(body)
+
+    def _snapshot(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return dict(self._bodies)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._bodies)

@@ -1,0 +1,75 @@
+"""Posting Kubernetes Events: through kopf (its queue, its batching), or directly.
+
+kopf's own INFO-level object logs are not posted (``settings.posting.level`` is
+WARNING, see app.py): the Events a user sees with ``kubectl describe`` are the
+transitions the status module decided are worth one, plus kopf's warnings and
+errors.
+
+kopf posts only from its handlers' context; the pod watch of pod runs judges a
+pod's end outside it, so :func:`post_direct` creates the core/v1 Event itself,
+in the shape kopf gives its own (:func:`event_body`, pure).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import kopf
+
+from jobwarden.controller.kube import status as st
+
+#: Kubernetes caps an Event message at 1 KiB in practice (kubectl shows less).
+MAX_MESSAGE = 1024
+#: The source component of the Events the operator posts itself (kopf's reporting one).
+COMPONENT = "jobwarden-operator"
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Involved:
+    """The object an Event is about."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+
+
+logger = logging.getLogger("jobwarden.controller.events")
+
+
+def post(body: kopf.Body, events: Iterable[st.Event]) -> None:
+    for event in events:
+        try:
+            kopf.event(body, type=event.type, reason=event.reason,
+                       message=event.message[:MAX_MESSAGE])
+        except LookupError:  # outside kopf's context: before its first handler ran
+            logger.info("event not posted (kopf not started): %s %s", event.reason,
+                        event.message)
+
+
+def event_body(involved: Involved, event: st.Event, *, now: dt.datetime) -> dict[str, Any]:
+    """The core/v1 Event about ``involved`` (pure)."""
+    stamp = now.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"generateName": f"{involved.name[:200]}.",
+                     "namespace": involved.namespace},
+        "involvedObject": {"apiVersion": involved.api_version, "kind": involved.kind,
+                           "name": involved.name, "namespace": involved.namespace,
+                           "uid": involved.uid},
+        "type": event.type, "reason": event.reason, "message": event.message[:MAX_MESSAGE],
+        "source": {"component": COMPONENT},
+        "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1,
+    }
+
+
+def post_direct(core: Any, involved: Involved, event: st.Event) -> None:
+    """Create the Event with the operator's client (``core``: a CoreV1Api), outside kopf."""
+    core.create_namespaced_event(involved.namespace,
+                                 event_body(involved, event, now=dt.datetime.now(dt.UTC)),
+                                 _preload_content=False)

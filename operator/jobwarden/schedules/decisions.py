@@ -1,0 +1,183 @@
+"""What a runner pass decides for one due schedule: pure, no database.
+
+The runner (:mod:`jobwarden.schedules.runner`) claims due schedules, asks
+:func:`jobwarden.schedules.planning.plan_due` which slots the catch-up rule runs
+and how many it missed, and then :func:`decide` here: which of those slots the
+overlap policy runs or skips, the job row of each slot that runs (its unique
+key, lease and ``on_busy``), the fate of every slot for the history, and the
+schedule's write-back. The only effect the decision asks for is the
+cancellation of the previous run (``Replace``): :attr:`ScheduleDecision.replace_job`,
+which the runner performs and counts before it writes the decision.
+
+Keeping this free of I/O is what lets the overlap rules, the slot keys and the
+``on_busy`` of every policy be tested as a table of cases (tests/unit), while
+the database tests prove the runner carries the decisions out.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from jobwarden.schedules import expressions, planning, slots
+from jobwarden.structs.policies import Overlap
+from jobwarden.structs.schedules import (
+    SLOT_HISTORY,
+    SLOT_PRUNE_MARGIN,
+    Advance,
+    DueSchedule,
+    FateRow,
+    JobRow,
+)
+
+__all__ = ["ScheduleDecision", "by_overlap", "decide", "history_rows", "missed_slots"]
+
+#: Job statuses in which the previous run still counts as running for the overlap policy.
+_ACTIVE = ("pending", "processing")
+
+
+class ScheduleDecision(NamedTuple):
+    """One due schedule's part of a pass: every slot in ``(planned_until, at]`` with a fate.
+
+    ``run`` are the slots enqueued (ascending; one job each in ``jobs``), ``skipped``
+    the slots the overlap policy skipped, ``missed_slots`` the newest missed slots as
+    recorded in the history (at most :data:`SLOT_HISTORY`) and ``missed`` how many
+    were missed in all (a lower bound unless ``missed_exact``). ``fated`` is the
+    newest slot that got a fate (None: none did). ``replace_job`` is the previous run
+    the ``Replace`` policy cancels before the new one runs (None: nothing to cancel).
+    """
+
+    name: str
+    ctid: str
+    run: Sequence[dt.datetime]
+    skipped: Sequence[dt.datetime]
+    missed_slots: Sequence[dt.datetime]
+    missed: int
+    missed_exact: bool
+    planned_until: dt.datetime
+    next_slot: dt.datetime
+    fated: dt.datetime | None
+    jobs: list[JobRow]
+    replace_job: int | None
+    slot_rows: int
+    prune: bool
+
+    def advance(self, *, replaced: int) -> Advance:
+        """The schedule's write-back, once ``replaced`` previous runs were cancelled."""
+        newest = self.jobs[-1] if self.jobs else None
+        return Advance(
+            self.name, self.ctid, self.planned_until, self.fated,
+            self.run[-1] if self.run else None, self.next_slot, len(self.run),
+            len(self.skipped), self.missed, replaced,
+            newest.unique_key if newest else None, newest.id if newest else None, None,
+            self.slot_rows)
+
+    def fates(self) -> list[FateRow]:
+        """The history rows of the pass: enqueued, then skipped, then missed slots."""
+        name = self.name
+        found = [FateRow(name, slot, "enqueued", job.unique_key, job.id)
+                 for slot, job in zip(self.run, self.jobs, strict=True)]
+        if self.skipped:
+            found.extend(FateRow(name, slot, "skipped", None, None) for slot in self.skipped)
+        if self.missed_slots:
+            found.extend(FateRow(name, slot, "missed", None, None)
+                         for slot in self.missed_slots)
+        return found
+
+
+def decide(schedule: DueSchedule, plan: planning.DuePlan, expr: expressions.Expression, *,
+           at: dt.datetime) -> ScheduleDecision:
+    """The pass's decision for ``schedule`` at ``at``, given its catch-up ``plan``.
+
+    ``plan`` may be shared with other schedules of the pass (same expression and
+    planning point): it is read, never changed.
+    """
+    active = schedule.last_job_status in _ACTIVE
+    run, skipped = by_overlap(plan.run, schedule.overlap, previous_active=active)
+    replace_job = (schedule.last_job_id if run and schedule.overlap == "Replace" and active
+                   else None)
+    missed = (missed_slots(expr, plan.run, after=schedule.planned_until, at=at)
+              if plan.missed else [])
+    slot_rows, prune = history_rows(schedule.slot_rows,
+                                    added=len(run) + len(skipped) + len(missed))
+    # Positional, in the fields' order: a pass decides once per due schedule.
+    return ScheduleDecision(
+        schedule.name, schedule.ctid, run, skipped, missed, plan.missed, plan.missed_exact,
+        plan.cursor, plan.next_slot,
+        _newest_fated(plan, expr, after=schedule.planned_until, at=at),
+        slot_jobs(schedule, run), replace_job, slot_rows, prune)
+
+
+def by_overlap(runnable: Sequence[dt.datetime], overlap: Overlap, *,
+               previous_active: bool) -> tuple[Sequence[dt.datetime], Sequence[dt.datetime]]:
+    """``(run, skipped)``: the catch-up plan's runnable slots split by the overlap policy.
+
+    ``Allow`` runs them all. ``Forbid`` runs none while the previous run is pending
+    or processing, else only the oldest (the later ones would overlap it).
+    ``Replace`` runs only the newest (the older ones are replaced before they could
+    start; the previous run, if active, is cancelled).
+    """
+    if not runnable or overlap == "Allow":
+        return runnable, ()
+    if overlap == "Forbid":
+        return ((), runnable) if previous_active else (runnable[:1], runnable[1:])
+    return runnable[-1:], runnable[:-1]
+
+
+def slot_jobs(schedule: DueSchedule, run: Sequence[dt.datetime]) -> list[JobRow]:
+    """One job row per slot of ``run``: the first takes the id the claim drew for the
+    schedule, a later one None until the runner draws more ids."""
+    if not run:
+        return []
+    queue, priority, max_retries, timeout, idempotent, lease, on_busy = slots.job_fields(
+        name=schedule.name, queue=schedule.queue, priority=schedule.priority,
+        timeout_seconds=schedule.timeout_seconds, max_retries=schedule.max_retries,
+        idempotent=schedule.idempotent, overlap=schedule.overlap)
+    name, job_class, data, pod_run = (schedule.name, schedule.job_class, schedule.data,
+                                      schedule.pod_run)
+    ids = [schedule.job_id, *([None] * (len(run) - 1))]
+    return [JobRow(queue, job_class, data, priority, max_retries, timeout, idempotent,
+                   slots.slot_key(name, slot), lease, name, on_busy, pod_run, job_id)
+            for slot, job_id in zip(run, ids, strict=True)]
+
+
+def history_rows(rows: int, *, added: int) -> tuple[int, bool]:
+    """The schedule's history rows after the pass, and whether the pass prunes them.
+
+    The count is an upper bound (a slot that already had a row takes the newer fate
+    without a new row): past the bound plus the margin the pass prunes the history
+    to the bound, so a prune walks a schedule's history once in SLOT_PRUNE_MARGIN
+    passes instead of every pass (readers show the newest SLOT_HISTORY only).
+    """
+    rows += added
+    if rows > SLOT_HISTORY + SLOT_PRUNE_MARGIN:
+        return SLOT_HISTORY, True
+    return rows, False
+
+
+def missed_slots(expr: expressions.Expression, run: Sequence[dt.datetime],
+                 *, after: dt.datetime, at: dt.datetime) -> list[dt.datetime]:
+    """The newest missed slots in ``(after, at]`` (those not in ``run``), at most
+    :data:`SLOT_HISTORY`: the history's bound, so a long outage costs no more."""
+    planned = set(run)
+    found: list[dt.datetime] = []
+    for slot in expr.iter_before(at):
+        if slot <= after or len(found) >= SLOT_HISTORY:
+            break
+        if slot not in planned:
+            found.append(slot)
+    return found
+
+
+def _newest_fated(plan: planning.DuePlan, expr: expressions.Expression, *,
+                  after: dt.datetime, at: dt.datetime) -> dt.datetime | None:
+    """The newest slot that got a fate. The plan considers slots newest first and a
+    slot too old to run makes every older one too old, so when anything runs, the
+    newest slot is among the runs; only an all-missed plan needs a lookup."""
+    if plan.run:
+        return plan.run[-1]
+    if plan.missed:
+        newest = expr.prev_at_or_before(at)
+        return newest if newest is not None and newest > after else None
+    return None
