@@ -1,12 +1,12 @@
 """Rows are read by name: every statement returns the columns its reader names, in order.
 
 ``db/jobs.py`` reads a claim as :class:`ClaimColumns`, a job as ``JOB_COLUMNS``
-(JobRecord's fields) and an attempt as ``ATTEMPT_COLUMNS``; ``db/hosts.py`` a
-host as ``HOST_STATUS_COLUMNS``, ``db/podruns.py`` a running pod run as
-``RunningColumns``, ``db/schedules.py`` a schedule as ``ScheduleColumns`` and
-``db/runnerpass.py`` a due schedule as ``DueSchedule``, ``db/leases.py`` a lease
-as ``LEASE_COLUMNS``: by name, instead of
-unpacking or indexing positions. The
+(JobRecord's fields), an attempt as ``ATTEMPT_COLUMNS`` and a reaped job as
+``ReapColumns``; ``db/hosts.py`` a host as ``HOST_STATUS_COLUMNS``,
+``db/podruns.py`` a running pod run as ``RunningColumns``, ``db/schedules.py`` a
+schedule as ``ScheduleColumns``, ``db/runnerpass.py`` a due schedule as
+``DueSchedule`` and ``db/leases.py`` a lease as ``LEASE_COLUMNS``: by name,
+instead of unpacking or indexing positions. The
 statements live in the named-query files, so what binds the two is this: each
 statement, run against the real schema, describes exactly those column names.
 A column added, dropped, renamed or moved in one statement fails here by name,
@@ -24,7 +24,7 @@ import pytest
 
 from jobwarden.db.database import Database
 from jobwarden.db.hosts import HOST_STATUS_COLUMNS
-from jobwarden.db.jobs import ATTEMPT_COLUMNS, JOB_COLUMNS, ClaimColumns
+from jobwarden.db.jobs import ATTEMPT_COLUMNS, JOB_COLUMNS, ClaimColumns, ReapColumns
 from jobwarden.db.leases import LEASE_COLUMNS
 from jobwarden.db.podruns import RunningColumns
 from jobwarden.db.schedules import ScheduleColumns
@@ -47,6 +47,7 @@ PARAMS: dict[str, Any] = {
     "claimant": "probe", "start_deadline": 60.0, "pool": None, "now": None,
     "after_slot": None, "after_name": None, "slot": None, "force": False,
     "channel": "probe", "include_expired": False, "prefix": None,
+    "lease_channel": "probe", "jobs_channel": "probe", "done_channel": "probe",
 }
 #: Where a statement's parameter of a shared name has another type.
 OVERRIDES: dict[str, dict[str, Any]] = {"lease_clear_holder": {"token": 1}}
@@ -60,6 +61,7 @@ OTHERS: dict[str, tuple[str, ...]] = {
     # The clears: the cleared leases, then how many NOTIFYs went out.
     "lease_clear": (*LEASE_COLUMNS, "n"),
     "lease_clear_holder": (*LEASE_COLUMNS, "n"),
+    "job_reap": ReapColumns._fields,
     "schedule_get": ScheduleColumns._fields,
     "schedule_lock": ScheduleColumns._fields,
     "schedule_list": ScheduleColumns._fields,

@@ -115,6 +115,21 @@ class ClaimColumns(NamedTuple):
     trace_context: str | None
 
 
+class ReapColumns(NamedTuple):
+    """What job_reap returns per reaped job, named as the statement names them
+    (tests/db/test_named_rows.py checks it): the job, its status after the reap, the
+    host that stopped heartbeating, and the statement's counts of leases freed and of
+    lease waiters notified (the same on every row)."""
+
+    id: int
+    queue: str
+    job_class: str
+    status_after: str
+    claimed_by: str | None
+    freed_leases: int
+    lease_notifies: int
+
+
 def claimed_row(row: Row) -> ClaimedJob:
     """A claim row (:class:`ClaimColumns`) as the worker's :class:`ClaimedJob`."""
     c = ClaimColumns._make(row)
@@ -311,11 +326,9 @@ class JobsTable:
                                           "lease_channel": self._db.leases.channel,
                                           "jobs_channel": self.channel,
                                           "done_channel": self.done_channel})
-        return [
-            ReapedJob(id=r[0], queue=r[1], job_class=r[2], status=JobStatus(r[3]),
-                      claimed_by=r[4])
-            for r in rows
-        ]
+        return [ReapedJob(id=r.id, queue=r.queue, job_class=r.job_class,
+                          status=JobStatus(r.status_after), claimed_by=r.claimed_by)
+                for r in map(ReapColumns._make, rows)]
 
     def get(self, job_id: int) -> JobRecord | None:
         return plans.run(self._db, get_plan(job_id))

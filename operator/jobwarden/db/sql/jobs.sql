@@ -448,6 +448,7 @@ RETURNING j.id, j.cancel_requested;
 -- A pod run whose pod never started (heartbeat_at still NULL: `jobwarden run-job`
 -- never began, so the job's code never ran, see podruns.sql) is retried whatever
 -- its idempotency: running it again cannot run it twice.
+-- Its rows are read by name (db/jobs.py ReapColumns; tests/db/test_named_rows.py).
 WITH stale AS (
     SELECT id, (pod_run IS NOT NULL AND heartbeat_at IS NULL) AS unstarted
     FROM {schema}.jobs
@@ -490,9 +491,9 @@ freed AS ({fragment_free_ended_claims_lease}),
 done AS (SELECT id FROM ended WHERE status_after <> 'pending'),
 {fragment_notify_done}
 SELECT ended.id, ended.queue, ended.job_class, ended.status_after, ended.claimed_by,
-       (SELECT count(*) FROM freed),
+       (SELECT count(*) FROM freed) AS freed_leases,
        (SELECT count(*) FROM (SELECT pg_notify(%(lease_channel)s, name) FROM freed
-                              WHERE waiting_until > now()) AS n)
+                              WHERE waiting_until > now()) AS n) AS lease_notifies
 FROM ended, notified, woken_notified;
 
 -- name: fragment_job_columns
