@@ -124,6 +124,15 @@ def test_a_scratch_drop_of_a_function_the_last_release_calls_fails_the_check() -
     ("DROP INDEX CONCURRENTLY {schema}.hosts_pool_idx", "index hosts_pool_idx"),
     ("ALTER TYPE {schema}.job_status RENAME VALUE 'failed' TO 'broken'", "type job_status"),
     ("ALTER FUNCTION {schema}.lease_acquire(text) RENAME TO lease_take", "function lease_acquire"),
+    # A NOT NULL column without a default: the previous release's INSERTs leave it out.
+    ("ALTER TABLE {schema}.workers ADD COLUMN zone text NOT NULL", "column workers.zone"),
+    ("ALTER TABLE {schema}.hosts ADD COLUMN x int DEFAULT 0, ADD COLUMN y int NOT NULL",
+     "column hosts.y"),
+    ("ALTER TABLE {schema}.hosts ADD region text PRIMARY KEY", "column hosts.region"),
+    # Every object a DROP names, not only the first.
+    ("DROP TABLE {schema}.scratch_unused, {schema}.leases", "table leases"),
+    ("DROP FUNCTION IF EXISTS {schema}.scratch_fn(int, text), {schema}.lease_acquire(text)",
+     "function lease_acquire"),
     # A new argument list beside the old one: calls that relied on defaults turn ambiguous.
     ("CREATE OR REPLACE FUNCTION {schema}.lease_acquire(p_name text) RETURNS int "
      "LANGUAGE sql AS $$ SELECT 1; DROP TABLE x; $$", "function lease_acquire"),
@@ -138,6 +147,10 @@ def test_additions_and_same_signature_replacements_need_no_entry() -> None:
         -- DROP TABLE in a comment is not a statement
         CREATE TABLE {schema}.scratch (id int, note text DEFAULT 'DROP TABLE jobs;');
         ALTER TABLE {schema}.jobs ADD COLUMN scratch int NOT NULL DEFAULT 0;
+        ALTER TABLE {schema}.jobs ADD COLUMN scratch_serial bigserial NOT NULL,
+            ADD COLUMN scratch_id bigint NOT NULL GENERATED ALWAYS AS IDENTITY,
+            ADD COLUMN scratch_sum int NOT NULL GENERATED ALWAYS AS (attempts + 1) STORED,
+            ADD COLUMN scratch_note text;
         CREATE INDEX scratch_idx ON {schema}.scratch (id);
         CREATE OR REPLACE FUNCTION {schema}.scratch_fn(a int) RETURNS int
             LANGUAGE sql AS $body$ SELECT a; DROP TABLE x; $body$;

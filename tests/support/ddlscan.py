@@ -3,10 +3,12 @@
 What counts as destructive: anything after which a statement of the previous
 release that used the object can fail or mean something else --
 
-* ``DROP <kind> name`` (function, procedure, table, view, type, index, sequence,
-  trigger, domain, schema, ...), and in ``ALTER TABLE``: ``DROP COLUMN``,
-  ``DROP CONSTRAINT``, ``ALTER COLUMN ... TYPE``, ``ALTER COLUMN ... SET NOT
-  NULL``, ``ALTER COLUMN ... DROP DEFAULT``;
+* ``DROP <kind> name[, name ...]`` (function, procedure, table, view, type, index,
+  sequence, trigger, domain, schema, ...: every object named), and in ``ALTER
+  TABLE``: ``DROP COLUMN``, ``DROP CONSTRAINT``, ``ALTER COLUMN ... TYPE``,
+  ``ALTER COLUMN ... SET NOT NULL``, ``ALTER COLUMN ... DROP DEFAULT``, and ``ADD
+  COLUMN`` of a ``NOT NULL`` (or ``PRIMARY KEY``) column with no default, identity
+  or generated value (the previous release's ``INSERT``s do not name it);
 * ``RENAME`` of anything (``RENAME TO``, ``RENAME COLUMN``, ``RENAME
   CONSTRAINT``, ``RENAME VALUE``);
 * ``ALTER TYPE ... DROP ATTRIBUTE`` / ``ALTER ATTRIBUTE ... TYPE``;
@@ -38,7 +40,19 @@ _NAME = r"(?:\{schema\}\.)?\"?(?P<name>[A-Za-z_][A-Za-z0-9_]*)\"?"
 _DROP = re.compile(
     r"^DROP\s+(?P<kind>FUNCTION|PROCEDURE|AGGREGATE|TABLE|MATERIALIZED\s+VIEW|VIEW|TYPE|"
     r"DOMAIN|INDEX(?:\s+CONCURRENTLY)?|SEQUENCE|TRIGGER|SCHEMA|EXTENSION|POLICY|RULE|"
-    r"OPERATOR|CAST)\s+(?:IF\s+EXISTS\s+)?" + _NAME, re.IGNORECASE)
+    r"OPERATOR|CAST)\s+(?:IF\s+EXISTS\s+)?(?P<names>.*)", re.IGNORECASE | re.DOTALL)
+_LEADING_NAME = re.compile(_NAME)
+#: A comma outside parentheses: between the objects of a DROP, the actions of an ALTER TABLE.
+_TOP_COMMA = re.compile(r",(?![^()]*\))")
+_ADD_COLUMN = re.compile(
+    r"^\s*ADD\s+(?:COLUMN\s+)?(?:IF\s+NOT\s+EXISTS\s+)?\"?(?P<part>\w+)\"?\s+(?P<rest>.*)",
+    re.IGNORECASE | re.DOTALL)
+#: What follows ADD in a table constraint, not a column (ADD CONSTRAINT, ADD UNIQUE ...).
+_NOT_A_COLUMN = frozenset({"constraint", "primary", "unique", "check", "foreign", "exclude"})
+#: Column definitions whose rows always get a value without the INSERT naming the column.
+_FILLED = re.compile(r"\bDEFAULT\b|\bGENERATED\b|^\s*(?:small|big)?serial\d?\b",
+                     re.IGNORECASE)
+_REQUIRED = re.compile(r"\bNOT\s+NULL\b|\bPRIMARY\s+KEY\b", re.IGNORECASE)
 _ALTER_TABLE = re.compile(r"^ALTER\s+TABLE\s+(?:IF\s+EXISTS\s+)?(?:ONLY\s+)?" + _NAME,
                           re.IGNORECASE)
 _TABLE_ACTIONS = [
@@ -131,7 +145,9 @@ def scan(migrations: Iterable[tuple[int, str]]) -> dict[int, list[Finding]]:
 def _findings(statement: str, signatures: dict[str, set[str]]) -> Iterator[Finding]:
     short = statement[:160]
     if match := _DROP.match(statement):
-        yield Finding(f"{_kind(match['kind'])} {match['name'].lower()}", short)
+        for item in _TOP_COMMA.split(match["names"]):
+            if named := _LEADING_NAME.match(item.strip()):
+                yield Finding(f"{_kind(match['kind'])} {named['name'].lower()}", short)
         return
     if match := _CREATE_FUNCTION.match(statement):
         name, signature = match["name"].lower(), _signature(match["args"])
@@ -148,8 +164,23 @@ def _findings(statement: str, signatures: dict[str, set[str]]) -> Iterator[Findi
         return
     if match := _ALTER_TABLE.match(statement):
         table = match["name"].lower()
-        for action in re.split(r",(?![^()]*\))", statement[match.end():]):
+        for action in _TOP_COMMA.split(statement[match.end():]):
+            if column := _required_new_column(action):
+                yield Finding(f"column {table}.{column}", short)
+                continue
             for pattern, kind in _TABLE_ACTIONS:
                 if part := pattern.search(action):
                     yield Finding(f"{kind} {table}.{part['part'].lower()}", short)
                     break
+
+
+def _required_new_column(action: str) -> str | None:
+    """The column an ``ADD COLUMN`` action adds NOT NULL (or as a primary key) with
+    nothing to fill it: the previous release's INSERTs, which leave it out, fail."""
+    match = _ADD_COLUMN.match(action)
+    if match is None or match["part"].lower() in _NOT_A_COLUMN:
+        return None
+    rest = match["rest"]
+    if _REQUIRED.search(rest) and not _FILLED.search(rest):
+        return match["part"].lower()
+    return None
