@@ -138,6 +138,42 @@ def test_an_async_client_call_into_silence_raises_database_unavailable(
     assert len(_job_rows(dsn)) == 2
 
 
+def test_an_async_client_whose_pool_connected_into_silence_answers_soon_after_it(
+        dsn: str, relay: SilentRelay, fast_bounds: None) -> None:
+    """Calls made into the silence make the asyncio pool open connections, which the
+    silent relay accepts and never answers. Those attempts give up at the connect
+    timeout (5 s), as the blocking pool's do, not at libpq's default (130 s, during
+    which the pool makes no other connection and every call fails at its bound)."""
+    async def scenario() -> int:
+        async with jobwarden.AsyncClient(relay.dsn, max_connections=4) as client:
+            await client.enqueue(silencejobs.Nap, {}, check=False)
+            relay.silence()
+            into_silence = await asyncio.gather(
+                *(client.enqueue(silencejobs.Nap, {}, check=False) for _ in range(4)),
+                return_exceptions=True)
+            assert all(isinstance(outcome, errors.DatabaseUnavailable)
+                       for outcome in into_silence), into_silence
+            relay.resume()
+            return await _async_enqueued_within(client, seconds=60)
+
+    resumed = asyncio.run(scenario())
+    assert [row[0] for row in _job_rows(dsn)][-1] == resumed
+    assert len(_job_rows(dsn)) == 2  # nothing sent into the silence was written
+
+
+async def _async_enqueued_within(client: jobwarden.AsyncClient, *, seconds: float) -> int:
+    """The id of the first enqueue that is answered, retried on DatabaseUnavailable
+    for up to ``seconds`` (a deadline for the wait, as ``wait_for``'s)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return (await client.enqueue(silencejobs.Nap, {}, check=False)).id
+        except errors.DatabaseUnavailable as exc:
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"no enqueue answered within {seconds} s of the "
+                                     f"resume; the last: {exc}") from exc
+
+
 # -- a lease holder ----------------------------------------------------------------------
 
 

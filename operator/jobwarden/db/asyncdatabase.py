@@ -17,10 +17,11 @@ from collections.abc import AsyncIterator
 from typing import Any, LiteralString
 
 import psycopg
+from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from jobwarden import errors
-from jobwarden.db import queries
+from jobwarden.db import deadlines, queries
 from jobwarden.db.basics import DEFAULT_SCHEMA, Row, checked_schema
 from jobwarden.db.deadlines import WATCHDOG, CallBounds, Watched, abandoned_error, tcp_options
 from jobwarden.db.faults import translate_errors
@@ -46,6 +47,11 @@ class AsyncDatabase:
             "autocommit": True, "application_name": application_name,
         }
         try:
+            # As the blocking pool's: without it psycopg's default (130 s) holds each of the
+            # pool's connection attempts into a silent peer, and the pool makes no other
+            # meanwhile, so calls fail at their bound long after the peer answers again.
+            if "connect_timeout" not in conninfo.conninfo_to_dict(dsn):
+                self._connect_kwargs["connect_timeout"] = deadlines.CONNECT_TIMEOUT_SECONDS
             self._connect_kwargs.update(tcp_options(dsn))
             self.pool: AsyncConnectionPool[AsyncConnection] = AsyncConnectionPool(
                 dsn, min_size=min_size, max_size=max_size, timeout=timeout,
@@ -119,5 +125,5 @@ class AsyncDatabase:
         """A dedicated connection outside the pool (LISTEN); bound its calls with
         :meth:`bounded`."""
         with translate_errors():
-            return await psycopg.AsyncConnection.connect(self.dsn, connect_timeout=5,
-                                                         **self._connect_kwargs)
+            return await psycopg.AsyncConnection.connect(self.dsn, **{
+                "connect_timeout": deadlines.CONNECT_TIMEOUT_SECONDS, **self._connect_kwargs})

@@ -50,12 +50,17 @@ from jobwarden.settings import env_duration
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TCP_OPTIONS", "WATCHDOG", "CallBounds", "Watchdog", "abandoned_error",
-           "tcp_options"]
+__all__ = ["CONNECT_TIMEOUT_SECONDS", "TCP_OPTIONS", "WATCHDOG", "CallBounds", "Watchdog",
+           "abandoned_error", "tcp_options"]
 
 #: How often the watchdog looks at the armed calls while any is armed: a call is
 #: abandoned at most this long after its bound.
 TICK_SECONDS = 0.1
+
+#: Connecting to a host that does not answer (failover, a moved address, a peer gone
+#: silent) gives up after this long unless the DSN sets ``connect_timeout`` (libpq's
+#: default: none; psycopg's: 130 s, all that time one of a pool's connection attempts).
+CONNECT_TIMEOUT_SECONDS = 5
 
 #: libpq's TCP options set on every connection unless the DSN names them. Keepalive
 #: probes after 15 s idle, every 5 s, 3 unanswered ones drop the connection (~30 s);

@@ -33,6 +33,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from jobwarden import errors
 from jobwarden.db.basics import Connection, Params, Row
 from jobwarden.db.calls import MISSES_BEFORE_PLAIN, PreparedCall, run_prepared
+from jobwarden.db.deadlines import CONNECT_TIMEOUT_SECONDS as CONNECT_TIMEOUT_SECONDS
 from jobwarden.db.deadlines import WATCHDOG, CallBounds, Watched, abandoned_error, tcp_options
 from jobwarden.db.faults import first_line as _first_line
 from jobwarden.db.faults import translate_errors, translated
@@ -59,9 +60,6 @@ CHECK_SECONDS = 2.0
 #: rather than open a pooled connection for itself.
 REST_SECONDS = 2.0
 LEND_WAIT_SECONDS = 0.5
-#: Connecting to a host that does not answer (failover, a moved address) gives up
-#: after this long unless the DSN sets ``connect_timeout``.
-CONNECT_TIMEOUT_SECONDS = 5
 
 
 class Lender(Protocol):
