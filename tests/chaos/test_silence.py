@@ -36,7 +36,7 @@ from jobwarden import errors
 from jobwarden.controller.app import Operator
 from jobwarden.controller.config import OperatorConfig
 from jobwarden.coordination.leases import Lease, LeaseLost
-from jobwarden.db import database
+from jobwarden.db import database, pool
 from jobwarden.db.database import Database
 from jobwarden.structs.states import JobStatus
 from tests.conftest import REPO, audit_rows
@@ -159,6 +159,33 @@ def test_an_async_client_whose_pool_connected_into_silence_answers_soon_after_it
     resumed = asyncio.run(scenario())
     assert [row[0] for row in _job_rows(dsn)][-1] == resumed
     assert len(_job_rows(dsn)) == 2  # nothing sent into the silence was written
+
+
+def test_an_async_client_idle_through_silence_answers_its_first_call_after_it(
+        dsn: str, relay: SilentRelay, fast_bounds: None, monkeypatch: pytest.MonkeyPatch
+        ) -> None:
+    """An asyncio client that made no call during the silence holds pooled connections
+    that are dead for good (the relay forwards only new ones). As the blocking pool
+    does, one idle past IDLE_CHECK_SECONDS is checked (an empty query, at most
+    CHECK_SECONDS) before it is handed out, and once a check or call was abandoned
+    the others are discarded unchecked: the first call after the silence is answered
+    over a new connection instead of failing at its bound on a dead one (and the
+    next on the next dead one). The call's bound (10 s here) leaves room for the
+    check (2 s) and a new connection."""
+    monkeypatch.setattr(pool, "IDLE_CHECK_SECONDS", 0.0)
+    monkeypatch.setenv("JOBWARDEN_DB_CALL_TIMEOUT", "10")
+
+    async def scenario() -> int:
+        async with jobwarden.AsyncClient(relay.dsn, max_connections=4) as client:
+            await asyncio.gather(
+                *(client.enqueue(silencejobs.Nap, {}, check=False) for _ in range(4)))
+            relay.silence()
+            relay.resume()  # the connections open before stay silent
+            return (await client.enqueue(silencejobs.Nap, {}, check=False)).id
+
+    first = asyncio.run(scenario())
+    assert [row[0] for row in _job_rows(dsn)][-1] == first
+    assert len(_job_rows(dsn)) == 5
 
 
 async def _async_enqueued_within(client: jobwarden.AsyncClient, *, seconds: float) -> int:

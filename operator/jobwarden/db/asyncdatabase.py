@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any, LiteralString
@@ -21,7 +22,7 @@ from psycopg import conninfo
 from psycopg_pool import AsyncConnectionPool
 
 from jobwarden import errors
-from jobwarden.db import deadlines, queries
+from jobwarden.db import deadlines, pool, queries
 from jobwarden.db.basics import DEFAULT_SCHEMA, Row, checked_schema
 from jobwarden.db.deadlines import WATCHDOG, CallBounds, Watched, abandoned_error, tcp_options
 from jobwarden.db.faults import translate_errors
@@ -56,12 +57,15 @@ class AsyncDatabase:
             self.pool: AsyncConnectionPool[AsyncConnection] = AsyncConnectionPool(
                 dsn, min_size=min_size, max_size=max_size, timeout=timeout,
                 kwargs=self._connect_kwargs, open=False, name=f"jobwarden-async-{schema}",
-                reconnect_timeout=0,
+                reconnect_timeout=0, configure=self._stamp,
             )
         except psycopg.ProgrammingError as exc:
             raise errors.ConfigurationError(f"invalid DSN: {exc}") from exc
         self._opened = False
         self._open_lock = asyncio.Lock()
+        #: When (monotonic) a call or check was last abandoned: a pooled connection
+        #: last known good before that is discarded unchecked (see :meth:`_usable`).
+        self._abandoned_at = -math.inf
 
     async def open(self) -> None:
         async with self._open_lock:
@@ -85,8 +89,7 @@ class AsyncDatabase:
         bound = self.bounds.call if bound is None else bound
         deadline = self.bounds.deadline(bound)
         with translate_errors():
-            conn = await self.pool.getconn(
-                timeout=max(min(self._timeout, deadline - time.monotonic()), 0.001))
+            conn = await self._checkout(deadline)
             token = WATCHDOG.arm(conn, deadline)
             released = False
             try:
@@ -100,11 +103,59 @@ class AsyncDatabase:
                 if not released:
                     await self._release(conn, token)
 
+    async def _checkout(self, deadline: float) -> AsyncConnection:
+        """A pooled connection that is usable as far as can be told (:meth:`_usable`),
+        waited for up to the pool timeout or ``deadline``, whichever comes first."""
+        while True:
+            conn = await self.pool.getconn(
+                timeout=max(min(self._timeout, deadline - time.monotonic()), 0.001))
+            if await self._usable(conn, deadline):
+                return conn
+            await self.pool.putconn(conn)  # closed: the pool discards and replaces it
+
+    async def _usable(self, conn: AsyncConnection, deadline: float) -> bool:
+        """The blocking pool's rule (``Pool._usable``), for the asyncio pool.
+
+        After a silence every pooled connection may be dead for good, and each would
+        cost a call its whole bound: one last known good before a call or check on
+        this pool was abandoned is closed unchecked; one idle longer than
+        ``IDLE_CHECK_SECONDS`` is checked first (an empty query, within the call's
+        deadline and at most ``CHECK_SECONDS``). Otherwise handing it out costs nothing.
+        """
+        if conn.closed or conn.broken:
+            return False
+        now = time.monotonic()
+        good_at: float = getattr(conn, "_jobwarden_good_at", now)
+        if good_at < self._abandoned_at:
+            await conn.close()
+            return False
+        if now - good_at > pool.IDLE_CHECK_SECONDS:
+            token = WATCHDOG.arm(conn, min(deadline, now + pool.CHECK_SECONDS))
+            try:
+                await conn.execute("")
+            except psycopg.Error:
+                WATCHDOG.disarm(token)
+                await conn.close()
+                self._abandoned_at = time.monotonic()
+                return False
+            if not WATCHDOG.disarm(token):
+                await conn.close()
+                self._abandoned_at = time.monotonic()
+                return False
+        return True
+
+    async def _stamp(self, conn: AsyncConnection) -> None:
+        """A new connection, or one whose call was answered in time, is known good now."""
+        conn._jobwarden_good_at = time.monotonic()  # type: ignore[attr-defined]
+
     async def _release(self, conn: AsyncConnection, token: int) -> bool:
         """Disarm and give back; an abandoned connection is closed first (discarded)."""
         in_time = WATCHDOG.disarm(token)
-        if not in_time:
+        if in_time:
+            await self._stamp(conn)
+        else:
             await conn.close()
+            self._abandoned_at = time.monotonic()
         await self.pool.putconn(conn)
         return in_time
 
