@@ -29,6 +29,10 @@ Isolation = Literal["thread", "process"]
 #: Seconds per unit suffix of a duration.
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*")
+#: The longest duration taken: 100 years. Longer ones overflowed where they were used
+#: (a PostgreSQL interval or timestamp, a timer's time_t): a traceback or a crashed
+#: worker thread instead of a one-line refusal.
+MAX_DURATION_SECONDS = 36500 * 86400.0
 
 
 def parse_duration(text: str) -> float:
@@ -44,6 +48,8 @@ def parse_duration(text: str) -> float:
     value = float(found.group(1)) * _UNITS[found.group(2) or "s"]
     if not math.isfinite(value):
         raise ValueError(f"not a finite duration: {textrules.echo(text)}")
+    if value > MAX_DURATION_SECONDS:
+        raise ValueError(f"not a duration of at most 100 years (36500d): {textrules.echo(text)}")
     return value
 
 

@@ -11,6 +11,7 @@ code; that the named test exists and asserts it is checked here too.
 
 from __future__ import annotations
 
+import argparse
 import ast
 import dataclasses
 import os
@@ -77,6 +78,11 @@ def _busy_host(client: jobwarden.Client, db: Database) -> dict[str, str]:
     return {}
 
 
+def _schedule(client: jobwarden.Client, _db: Database) -> dict[str, str]:
+    client.schedules.upsert("nightly", cron="0 3 * * *", job_class=testjobs.Record)
+    return {}
+
+
 CASES = [
     Case(0, ("status",)),
     Case(0, ("jobs", "list", "--limit", "1000")),
@@ -101,6 +107,17 @@ CASES = [
     Case(2, ("console", "--port", "70000")),  # was 9
     Case(2, ("console", "--refresh", "0.1")),  # was 9
     Case(2, ("operator", "--http-port", "99999")),  # was a connection attempt, then 3
+    # Values beyond what any column, interval or timer holds: each was a traceback
+    # (exit 1), a crashed worker thread (70) or a command that never ended.
+    Case(2, ("leases", "list", "--limit", "99999999999999999999")),
+    Case(2, ("jobs", "purge", "--older-than", "99999999999999d", "--yes")),
+    Case(2, ("enqueue", "tests.support.testjobs:Record", "--delay", "99999999999999d")),
+    Case(2, ("drain", "--host", "h", "--expires", "99999999999999d")),
+    Case(2, ("worker", "--prefetch", "99999999999999999999")),
+    Case(2, ("worker", "--poll-interval", "99999999999999d")),
+    Case(2, ("schedules", "next", "nightly", "-n", "99999999999999999999"), setup=_schedule),
+    Case(2, ("run-job", "--job-id", "1", "--lease-token", "99999999999999999999",
+             "--claim-token", str(uuid.UUID(int=1)))),
     Case(3, ("status",), env=(("JOBWARDEN_DSN", "postgresql://127.0.0.1:1/none"),)),
     Case(4, ("--schema", "not_migrated", "status")),
     Case(5, ("enqueue", "no_such_module.jobs:Job")),
@@ -112,6 +129,7 @@ CASES = [
          one_line=False),
     Case(9, ("status",), no_dsn=True),
     Case(9, ("status",), env=(("JOBWARDEN_DSN_FILE", "/nonexistent/dsn"),), no_dsn=True),
+    Case(9, ("worker",), env=(("JOBWARDEN_POLL_INTERVAL", "99999999999999d"),)),  # was 70
     Case(10, ("run-job", "--job-id", "{job}", "--claim-token", str(uuid.UUID(int=1))),
          setup=_pending),
 ]
@@ -173,6 +191,56 @@ def test_each_invocation_exits_with_its_documented_code(
     assert "Traceback" not in out.stderr
     if case.code not in (0, 1, 8) and case.one_line:
         assert out.stderr.count("\n") == 1, out.stderr
+
+
+#: Flags whose out-of-range value is the library's own check, with the API's message:
+#: docs/cli.md's table names them under 7 ("a priority outside the integer range").
+LIBRARY_CHECKED = {("enqueue", "--priority"), ("schedules set", "--priority")}
+#: Beyond bigint, and a duration of some 270 billion years.
+HUGE = ("99999999999999999999", "99999999999999d")
+
+
+def numeric_flags() -> list[tuple[str, str, argparse.Action]]:
+    """(command, flag, action) of every flag or argument of every command whose value
+    is a number or a duration: those whose type reads "1" as a number."""
+    found: list[tuple[str, str, argparse.Action]] = []
+
+    def walk(parser: argparse.ArgumentParser, command: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{command} {name}".strip())
+            elif callable(action.type):
+                try:
+                    value = action.type("1")
+                except (ValueError, TypeError, argparse.ArgumentTypeError):
+                    continue
+                if isinstance(value, int | float) and not isinstance(value, bool):
+                    flag = max(action.option_strings, key=len, default=action.dest)
+                    found.append((command, flag, action))
+    walk(jobwarden.cli.build_parser(), "")
+    return found
+
+
+def test_every_command_has_numeric_flags_to_check() -> None:
+    flags = {(command, flag) for command, flag, _ in numeric_flags()}
+    assert {("jobs list", "--limit"), ("worker", "--prefetch"), ("run-job", "--lease-token"),
+            ("drain", "--expires"), ("schedules next", "--count")} <= flags
+    assert flags >= LIBRARY_CHECKED
+
+
+@pytest.mark.parametrize(("command", "flag", "action"), numeric_flags(),
+                         ids=[f"{c} {f}" for c, f, _ in numeric_flags()])
+def test_no_number_or_duration_flag_takes_a_value_no_command_can_use(
+        command: str, flag: str, action: argparse.Action) -> None:
+    """Every number and duration a command takes is bounded where it is parsed (exit 2,
+    before anything is touched): argparse turns a type's ValueError into a usage error."""
+    if (command, flag) in LIBRARY_CHECKED:
+        pytest.skip("checked by the library: exit 7, as documented")
+    assert callable(action.type)
+    for value in HUGE:
+        with pytest.raises((ValueError, TypeError, argparse.ArgumentTypeError)):
+            action.type(value)
 
 
 def _registered(client: jobwarden.Client, host: str) -> bool:

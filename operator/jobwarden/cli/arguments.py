@@ -52,10 +52,17 @@ def _integer(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+#: The largest count, limit, slot or size a flag takes: PostgreSQL's integer. A larger
+#: one was a database error (a traceback) or a worker thread's crash, not a usage error.
+MAX_COUNT = 2**31 - 1
+
+
 def non_negative_int(text: str) -> int:
     value = _integer(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must not be negative: {value}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT}, not {echo(text)}")
     return value
 
 
@@ -63,6 +70,8 @@ def positive_int(text: str) -> int:
     value = _integer(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT}, not {echo(text)}")
     return value
 
 
@@ -78,6 +87,8 @@ def int_between(low: int, high: int) -> Callable[[str], int]:
 
 #: Job ids are bigint: a larger number was a database error, not a usage error.
 job_id = int_between(1, 2**63 - 1)
+#: A lease's fencing token is bigint too.
+fencing_token = int_between(1, 2**63 - 1)
 
 
 def seconds_between(low: float, high: float) -> Callable[[str], float]:

@@ -40,9 +40,13 @@ _seconds = arguments.duration
 
 def _tick_max_jobs(text: str) -> int:
     try:
-        return ticks.check_max_jobs(arguments.whole_number(text), "--max-jobs")
+        value = ticks.check_max_jobs(arguments.whole_number(text), "--max-jobs")
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if value > arguments.MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {arguments.MAX_COUNT}, "
+                                         f"not {arguments.echo(text)}")
+    return value
 
 
 def _tick_timeout(text: str) -> float:

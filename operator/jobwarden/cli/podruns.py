@@ -42,11 +42,11 @@ def register(subparsers: Any) -> None:
                     "code that says what was recorded (docs/cli.md). Durations take seconds "
                     "or a unit: 90s, 15m, 1h.",
     )
-    parser.add_argument("--job-id", type=arguments.positive_int, default=None,
+    parser.add_argument("--job-id", type=arguments.job_id, default=None,
                         help="the claimed job (default: $JOBWARDEN_JOB_ID)")
     parser.add_argument("--claim-token", type=_claim_token, default=None,
                         help="the claim's token (default: $JOBWARDEN_CLAIM_TOKEN)")
-    parser.add_argument("--lease-token", type=arguments.positive_int, default=None,
+    parser.add_argument("--lease-token", type=arguments.fencing_token, default=None,
                         help="the fencing token of the lease taken at claim (default: "
                              "$JOBWARDEN_LEASE_TOKEN; none when the claim took no lease)")
     parser.add_argument("--app", type=_csv, action="append", default=[],

@@ -51,14 +51,9 @@ def _whole_seconds(text: str) -> int:
     return round(arguments.duration(text))
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
+_positive = arguments.positive_int
+#: ``schedules next -n``: each slot is computed in turn (a huge count never ended).
+MAX_NEXT = 1000
 
 
 def register(subparsers: Any) -> None:
@@ -84,7 +79,8 @@ def register(subparsers: Any) -> None:
 
     upcoming = sub.add_parser("next", help="the next run times, in the schedule's zone and UTC")
     upcoming.add_argument("name")
-    upcoming.add_argument("-n", "--count", type=_positive, default=5, help="how many")
+    upcoming.add_argument("-n", "--count", type=arguments.int_between(1, MAX_NEXT), default=5,
+                          help=f"how many (at most {MAX_NEXT})")
     add_json(upcoming)
     upcoming.set_defaults(handler=cmd_next)
 
