@@ -59,6 +59,8 @@ logger = logging.getLogger("jobwarden.controller")
 
 FINALIZER = "jobwarden.io/finalizer"
 ANNOTATIONS_PREFIX = "kopf.jobwarden.io"
+#: Events posted at once (kopf's posting workers), see kopf_settings.
+EVENTS_IN_FLIGHT = 8
 #: /readyz fails when the database was last seen unreachable and not since.
 READY_DB_GRACE_SECONDS = 30.0
 
@@ -74,6 +76,12 @@ def kopf_settings(config: OperatorConfig) -> kopf.OperatorSettings:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=ANNOTATIONS_PREFIX, key="last-handled-configuration")
     settings.posting.level = logging.WARNING
+    # At most this many Events in flight (kopf's default is no bound: at a start with
+    # 10,000 new JobSchedules, one "Created" each, the API server answered with 504s);
+    # a per-object poster exits soon after its last Event, so the bound is not held
+    # by idle posters.
+    settings.posting.worker_limit = EVENTS_IN_FLIGHT
+    settings.posting.idle_timeout = 0.1
     settings.posting.reporting_component = "jobwarden-operator"
     settings.posting.reporting_instance = config.pod_name
     # kopf sends this as the watch's timeoutSeconds, which kube-apiserver parses as an

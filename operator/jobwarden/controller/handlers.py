@@ -49,6 +49,7 @@ from jobwarden.controller.kube.kinds import (
     Mark,
     Reconciler,
     Sweeper,
+    change_of,
 )
 from jobwarden.controller.runtime import Runtime
 
@@ -71,11 +72,14 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime, *, kind: str,
              deleter: Deleter | None = None, sweeper: Sweeper | None = None,
              interval: float | None = None, backoff: float = 5,
              change_id: str = "reconcile", indexed: bool = True,
-             fingerprinter: Fingerprinter | None = None) -> Kind:
-    """Wire ``reconciler`` for ``resource`` and add the kind to the resync loop's."""
+             fingerprinter: Fingerprinter | None = None, queued: bool = False) -> Kind:
+    """Wire ``reconciler`` for ``resource`` and add the kind to the resync loop's.
+
+    ``queued``: no kopf change handler; the watch events queue the changed objects
+    for the operator's change queue (controller/changes.py says why)."""
     group, version, plural = resource
     watched = Kind(name=kind, resource=resource, reconciler=reconciler, deleter=deleter,
-                   sweeper=sweeper, fingerprinter=fingerprinter,
+                   sweeper=sweeper, fingerprinter=fingerprinter, queued=queued,
                    interval=runtime.config.status_interval if interval is None else interval)
     runtime.kinds.append(watched)
 
@@ -103,9 +107,10 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime, *, kind: str,
             # read the status it will hold (no second Event for one transition).
             watched.cache.amend_status(uid, patch.get("status"))
 
-    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
-        decorator(group, version, plural, registry=registry, id=change_id,
-                  backoff=backoff)(on_change)
+    if not queued:
+        for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
+            decorator(group, version, plural, registry=registry, id=change_id,
+                      backoff=backoff)(on_change)
 
     def cache_it(body: kopf.Body, **_: Any) -> None:
         # kopf's indexing step: before any handler, and before kopf's readiness.
@@ -120,10 +125,15 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime, *, kind: str,
         if type != "DELETED":
             if not indexed:
                 cache_it(body)
+            if queued:
+                queue_change(watched, type, body)
             return
         meta = body.get("metadata", {})
         watched.cache.remove(str(meta.get("uid")))
         watched.marks.pop(str(meta.get("uid")), None)
+        if queued:
+            watched.submitted.pop(str(meta.get("uid")), None)
+            watched.forget(str(meta.get("uid")))
         if deleter is not None:
             deleted(runtime, watched, body)
         # After the deleter: a gauge pass between the two would export the row's series again.
@@ -132,6 +142,19 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime, *, kind: str,
 
     kopf.on.event(group, version, plural, registry=registry, id=f"{plural}-events")(on_event)
     return watched
+
+
+def queue_change(kind: Kind, type: str | None, body: Mapping[str, Any]) -> None:
+    """Queue a pass of the object when it is new to this operator or changed in what
+    a pass reads (kinds.change_of); the watch's echo of a status write queues none."""
+    uid = str((body.get("metadata") or {}).get("uid"))
+    change = change_of(body)
+    known = kind.submitted.get(uid)
+    if known == change or uid not in kind.cache:
+        return  # no change; or not cached (a late event of a deleted object)
+    kind.submitted[uid] = change
+    kind.submit(uid, "update" if known is not None
+                else "create" if type == "ADDED" else "resume")
 
 
 def watch_pods(registry: kopf.OperatorRegistry, runtime: Runtime, *, name: str,

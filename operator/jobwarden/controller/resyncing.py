@@ -48,6 +48,7 @@ from typing import Any, cast
 import kopf
 
 from jobwarden.controller import handlers, heap
+from jobwarden.controller.changes import ChangeQueue
 from jobwarden.controller.kube.client import CustomObjects
 from jobwarden.controller.kube.kinds import UNSEEN, Kind, Mark
 from jobwarden.controller.runtime import Runtime
@@ -100,6 +101,28 @@ class Resync:
         self.progress = Progress("resync")
         for kind in self.kinds:
             kind.nudge = self._nudger(kind)
+        #: By kind: the change queue of a queued kind (changes.py).
+        self.queues: dict[str, ChangeQueue] = {}
+        for kind in self.kinds:
+            if kind.queued:
+                queue = ChangeQueue(kind.name, self._passer(kind),
+                                    paused=lambda: bool(self.runtime.paused))
+                kind.submit, kind.forget = queue.submit, queue.forget
+                self.queues[kind.name] = queue
+
+    def _passer(self, kind: Kind) -> Any:
+        def process(taken: list[tuple[str, str]]) -> list[str]:
+            """A batch of changed objects: their digests with one query, then a pass of
+            each; the uids whose pass failed (taken again later)."""
+            now = time.monotonic()
+            digests = self.digests(kind, [uid for uid, _ in taken], now)
+            if digests is None:
+                return [uid for uid, _ in taken]
+            return [uid for uid, trigger in taken
+                    if not self.reconcile(kind, uid, trigger=trigger,
+                                          digest=digests.get(uid, UNSEEN), now=now,
+                                          by_resync=False)]
+        return process
 
     def _nudger(self, kind: Kind) -> Any:
         def nudge(uid: str) -> None:
@@ -114,6 +137,8 @@ class Resync:
         self._thread = threading.Thread(target=self.run, daemon=True,
                                         name="jobwarden-operator-resync")
         self._thread.start()
+        for queue in self.queues.values():
+            queue.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -121,6 +146,8 @@ class Resync:
             self._wake.notify_all()
         if self._thread is not None:
             self._thread.join(timeout)
+        for queue in self.queues.values():
+            queue.stop(timeout)
 
     def alive(self) -> tuple[bool, str]:
         if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
@@ -259,18 +286,20 @@ class Resync:
         return context.copy().run(call, *args, **kwargs)
 
     def reconcile(self, kind: Kind, uid: str, *, trigger: str, digest: Hashable | None = None,
-                  now: float | None = None) -> None:
+                  now: float | None = None, by_resync: bool = True) -> bool:
         """One pass of one cached object, its status patch sent, the answer cached;
-        ``digest`` (read before the pass) is recorded as what the pass started from."""
+        ``digest`` (read before the pass) is recorded as what the pass started from
+        (``by_resync``: by a time-driven pass, not the pass of a change). False when
+        the pass or its status write failed (the change queue takes it again)."""
         cached = kind.cache.get(uid)
         if cached is None or (cached.get("metadata") or {}).get("deletionTimestamp"):
-            return
+            return True
         meta = cached.get("metadata") or {}
         namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name"))
         with kind.lock(cached):
             body = kind.cache.get(uid)  # a kopf handler may have written meanwhile
             if body is None:
-                return
+                return True
             patch = kopf.Patch()
             try:
                 self._in_context(handlers.counted, self.runtime, kind.name,
@@ -278,25 +307,26 @@ class Resync:
                                  trigger=trigger)
             except kopf.TemporaryError as exc:
                 logger.warning("%s %s/%s not reconciled: %s", kind.name, namespace, name, exc)
-                return
+                return False
             except Exception:
                 logger.exception("%s %s/%s: reconciliation failed", kind.name, namespace, name)
-                return
+                return False
             status = dict(patch.get("status") or {})
             if kind.fingerprinter is not None:
-                self.mark(kind, uid, digest, now if now is not None else time.monotonic())
+                self.mark(kind, uid, digest, now if now is not None else time.monotonic(),
+                          by_resync=by_resync)
             if set(patch) - {"status"}:
                 logger.warning("%s %s/%s: only status is patched by the resync loop, not %s",
                                kind.name, namespace, name, sorted(set(patch) - {"status"}))
             if not status:
-                return
+                return True
             try:
                 updated = self.objects[kind.name].patch_status(namespace, name, status)
             except Exception as exc:
                 self.runtime.failed(kind.name)
                 logger.warning("%s %s/%s: status not written: %s", kind.name, namespace, name,
                                exc)
-                return
+                return False
             if updated is not None:
                 # Under the object's lock: a kopf handler waiting for it must read the
                 # status just written (a pass from the older one would post the same
@@ -304,16 +334,20 @@ class Resync:
                 kind.cache.put(updated, written=True)
         if updated is None:
             self.gone(kind, body)
+        return True
 
-    def mark(self, kind: Kind, uid: str, digest: Hashable | None, now: float) -> None:
+    def mark(self, kind: Kind, uid: str, digest: Hashable | None, now: float, *,
+             by_resync: bool = True) -> None:
         """Record the digest a completed pass started from; a changed one keeps the
-        object passed every interval for the fingerprinter's settle time."""
+        object passed every interval for the fingerprinter's settle time (not after
+        the pass of a change: its own row write -- a create -- changes the digest it
+        read before, and that is no change to settle after)."""
         assert kind.fingerprinter is not None
         mark = kind.marks.get(uid)
         hot_until = mark.hot_until if mark is not None else 0.0
-        if mark is not None and mark.by_resync and mark.digest != digest:
+        if by_resync and mark is not None and mark.by_resync and mark.digest != digest:
             hot_until = now + kind.fingerprinter.settle_seconds
-        kind.marks[uid] = Mark(digest=digest, hot_until=hot_until, by_resync=True)
+        kind.marks[uid] = Mark(digest=digest, hot_until=hot_until, by_resync=by_resync)
 
     def verify(self, kind: Kind) -> None:
         """List the kind: fresher bodies into the cache; what the cache holds and the

@@ -345,5 +345,5 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> ScheduleRecon
     reconciler = ScheduleReconciler(runtime)
     handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler,
                       deleter=reconciler, sweeper=reconciler, indexed=False,
-                      fingerprinter=reconciler)
+                      fingerprinter=reconciler, queued=True)
     return reconciler

@@ -192,6 +192,10 @@ class ObjectCache:
         with self._lock:
             return dict(self._bodies)
 
+    def __contains__(self, uid: object) -> bool:
+        with self._lock:
+            return uid in self._bodies
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._bodies)

@@ -93,6 +93,28 @@ class Kind:
         default_factory=lambda: collections.defaultdict(threading.Lock))
     #: Set by the resync loop: wakes it for an object now (a pod of a pool changed...).
     nudge: Callable[[str], None] = lambda uid: None
+    #: The kind's changes are passed by the operator's change queue (controller/
+    #: changes.py), not by kopf's change handlers: no kopf annotation, writes bounded.
+    queued: bool = False
+    #: Set by the resync loop for a queued kind: ``submit(uid, trigger)`` queues a pass.
+    submit: Callable[[str, str], None] = lambda uid, trigger: None
+    #: ... and ``forget(uid)`` drops a deleted object from the queue.
+    forget: Callable[[str], None] = lambda uid: None
+    #: By uid, what the last queued pass was asked for (:func:`change_of`).
+    submitted: dict[str, Hashable] = dataclasses.field(default_factory=dict)
 
     def lock(self, body: Any) -> threading.Lock:
         return self.locks[str((body.get("metadata") or {}).get("uid"))]
+
+
+def change_of(body: Mapping[str, Any]) -> Hashable:
+    """What of a body asks for a pass of a queued kind: its generation (the spec), its
+    annotations (run-now) and labels. A status-only change -- the operator's own
+    write, the watch's echo of it -- is no change."""
+    meta = body.get("metadata") or {}
+    return (meta.get("generation"), _frozen(meta.get("annotations")),
+            _frozen(meta.get("labels")))
+
+
+def _frozen(mapping: Any) -> Hashable:
+    return tuple(sorted((str(k), str(v)) for k, v in (mapping or {}).items()))
