@@ -154,7 +154,7 @@ def queue_change(kind: Kind, type: str | None, body: Mapping[str, Any]) -> None:
         return  # no change; or not cached (a late event of a deleted object)
     kind.submitted[uid] = change
     kind.submit(uid, "update" if known is not None
-                else "create" if type == "ADDED" else "resume")
+                else "create" if type == "ADDED" else "listed")
 
 
 def watch_pods(registry: kopf.OperatorRegistry, runtime: Runtime, *, name: str,

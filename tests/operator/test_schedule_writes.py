@@ -1,0 +1,98 @@
+"""What JobSchedules cost the API server: one status write per new object, none at a restart.
+
+Counted, not timed: the emulated API server records every request. Through
+kopf's change handlers each new JobSchedule cost two PATCHes (kopf's
+``last-handled-configuration`` annotation, then the status), sent with no bound;
+at a start with 10,000 the API server answered thousands with 504s
+(docs/benchmarks.md, "Operator at scale"). The change queue
+(controller/changes.py) writes the status only, once, and writes nothing for
+an object that is already as it should be.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from jobwarden.api.client import Client
+from tests.operator.conftest import OperatorProcess
+from tests.support.kube import KubeAPI
+from tests.support.waiting import wait_for
+
+SCHEDULES = 30
+
+
+def schedule(name: str) -> dict[str, Any]:
+    return {"apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
+            "metadata": {"name": name, "namespace": "default"},
+            # A daily slot at 03:00 UTC: nothing fires while the test runs.
+            "spec": {"schedule": "0 3 * * *",
+                     "job": {"class": "tests.support.testjobs:Noop", "data": {"n": name}}}}
+
+
+def writes(requests: list[Any]) -> list[str]:
+    """The requests that change something (watches and reads are not)."""
+    return [f"{r.method.value} {r.url.path}" for r in requests
+            if r.method.value not in ("GET", "HEAD")]
+
+
+def reconciled(operator: OperatorProcess, result: str) -> float:
+    return operator.metric("jobwarden_operator_reconciles_total", kind="JobSchedule",
+                           result=result) or 0.0
+
+
+def every_status_written(kube_api: KubeAPI) -> bool:
+    found = kube_api.list("jobschedules", "default")
+    return len(found) == SCHEDULES and all(
+        (o.get("status") or {}).get("conditions") for o in found)
+
+
+def test_new_schedules_cost_one_status_write_each_and_a_restart_writes_nothing(
+        kube_api: KubeAPI, client: Client,
+        start_operator: Callable[..., OperatorProcess]) -> None:
+    operator = start_operator(kube_api)
+    seen = len(kube_api.requests)
+    for i in range(SCHEDULES):
+        kube_api.create(schedule(f"s{i}"))
+    wait_for(lambda: every_status_written(kube_api), timeout=90,
+             message="every JobSchedule's status")
+    wait_for(lambda: len(client.schedules.list()) == SCHEDULES, timeout=30,
+             message="every schedule row")
+    wait_for(lambda: len(kube_api.events("default")) >= SCHEDULES, timeout=30,
+             message="a Created Event per schedule")
+    # Settled: every object skipped by the resync loop once since (its digest held).
+    settled = operator.metric("jobwarden_operator_passes_skipped_total",
+                              kind="JobSchedule") or 0.0
+    wait_for(lambda: (operator.metric("jobwarden_operator_passes_skipped_total",
+                                      kind="JobSchedule") or 0.0) >= settled + SCHEDULES,
+             timeout=60, message="the resync loop skipping the settled objects")
+
+    made = writes(kube_api.requests[seen:])
+    annotated = [w for w in made if w.startswith("PATCH ") and "/jobschedules/" in w
+                 and not w.endswith("/status")]
+    statuses = [w for w in made if w.startswith("PATCH ") and w.endswith("/status")]
+    events = [w for w in made if w.startswith("POST ") and w.endswith("/events")]
+    print(f"{len(made)} writes: {len(statuses)} status, {len(events)} Events")
+    assert annotated == []  # no kopf annotation (nor any other write of the object)
+    assert sorted(statuses) == sorted(
+        f"PATCH /apis/jobwarden.io/v1alpha1/namespaces/default/jobschedules/s{i}/status"
+        for i in range(SCHEDULES))  # one each
+    assert [e["reason"] for e in kube_api.events("default")] == ["Created"] * SCHEDULES
+    assert reconciled(operator, "created") == SCHEDULES
+
+    # A restart: every object is passed again (its row and status are as they should
+    # be), and nothing is written -- no status, no Event, no annotation.
+    operator.stop()
+    seen = len(kube_api.requests)
+    operator = start_operator(kube_api)
+    wait_for(lambda: reconciled(operator, "unchanged") >= SCHEDULES, timeout=90,
+             message="a pass of every object after the restart")
+    settled = operator.metric("jobwarden_operator_passes_skipped_total",
+                              kind="JobSchedule") or 0.0
+    wait_for(lambda: (operator.metric("jobwarden_operator_passes_skipped_total",
+                                      kind="JobSchedule") or 0.0) >= settled + SCHEDULES,
+             timeout=60, message="the resync loop skipping the resumed objects")
+    assert reconciled(operator, "unchanged") == SCHEDULES  # one pass each
+    assert [w for w in writes(kube_api.requests[seen:])
+            if "/jobschedules" in w or w.endswith("/events")] == []
+    assert len(client.schedules.list()) == SCHEDULES
