@@ -29,9 +29,10 @@ compare, e.g. ``git archive main operator | tar -x -C /tmp/before``). Measured:
   ``jobwarden_operator_reconciles_total``), and the API requests the restart
   cost (GETs of single objects, 429s).
 
-``--profile`` runs py-spy (when installed) on the operator for the rest window
-and for the restart and writes its collapsed stacks next to ``--json``. The load
-average before and after is part of the record: on the shared 2-core machine
+``--profile`` runs py-spy (when installed) on the operator for the start's
+first ``--start-profile`` seconds, the rest window and the restart and writes
+its collapsed stacks next to ``--json``. The load average before and after is
+part of the record: on the shared 2-core machine
 every figure moves with it, so compare runs of one invocation only. Nothing is
 asserted (tests/controller and tests/cluster specify the behaviour). Exit 3 (one
 line) where the kube tools or openssl are missing.
@@ -360,9 +361,14 @@ def measure(*, factory: DatabaseFactory, size: int, args: argparse.Namespace,
             before = requests(api)
             operator = OperatorProcess(plane=plane, dsn=dsn, pythonpath=pythonpath,
                                        workdir=workdir, tag=f"{tag}-{size}")
-            record["start"] = start_times(api, operator, dsn, size=size,
-                                          exclusive=args.exclusive, pools=args.pools,
-                                          timeout=args.timeout)
+            start_profile = args.profile_dir / f"start-{tag}-{size}.txt" \
+                if args.profile_dir else None
+            with spying(operator.proc.pid, start_profile, args.start_profile):
+                record["start"] = start_times(api, operator, dsn, size=size,
+                                              exclusive=args.exclusive, pools=args.pools,
+                                              timeout=args.timeout)
+            if start_profile is not None:
+                record["start"]["profile"] = hot_frames(start_profile)
             record["start"]["requests"] = summarize_requests(
                 delta(requests(api), before), max(1.0, record["start"]["settled"]))
             time.sleep(args.settle)
@@ -555,7 +561,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="more environment for the operator (repeat)")
     parser.add_argument("--json", type=Path, help="write the record here")
     parser.add_argument("--profile", action="store_true",
-                        help="py-spy the rest window and the restart (next to --json)")
+                        help="py-spy the start, the rest window and the restart "
+                             "(next to --json)")
+    parser.add_argument("--start-profile", type=float, default=60.0,
+                        help="seconds of the start profiled (--profile)")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if not sizes or min(sizes) < 1 or args.namespaces < 1:
