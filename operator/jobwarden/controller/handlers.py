@@ -8,7 +8,9 @@ instant as the chart's WorkerPool) and on namespace deletion (the operator's
 ServiceAccount, whose token the operator authenticates with, goes with the
 namespace) every such object hung in Terminating. So:
 
-* create/update/resume run the reconciler through kopf (no finalizer needed);
+* create/update/resume run the reconciler through kopf (no finalizer needed),
+  except for a ``queued`` kind (JobSchedule): its watch events queue the changed
+  objects for the operator's change queue (controller/changes.py says why);
 * every watched object is kept in the kind's cache (kopf's indexing step feeds
   it, see :mod:`jobwarden.controller.kube.caching`; for the kinds registered
   with ``indexed=False``, the event handler does), and the operator-level resync

@@ -62,8 +62,8 @@ VERIFY_SECONDS = 300.0
 #: Objects per LIST request of the verification.
 LIST_PAGE = 500
 #: An object the loop sees before any pass started from its digest (kopf's create or
-#: resume handler has not run yet: at a start, kopf works through thousands) is left
-#: to kopf this long, then passed by the loop.
+#: resume handler, or the change queue's pass, has not run yet: at a start, they work
+#: through thousands) is left to them this long, then passed by the loop.
 UNSEEN_GRACE_SECONDS = 60.0
 #: Database rows without an object are looked for this often (seconds).
 SWEEP_SECONDS = 60.0
