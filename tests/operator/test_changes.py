@@ -155,7 +155,7 @@ def test_a_failed_pass_is_taken_again_and_a_deleted_object_is_not() -> None:
 
 
 def test_at_most_WRITERS_status_writes_are_in_flight() -> None:
-    kind, reconciler, objects, queue = queued_kind(batch=1)
+    kind, _, objects, queue = queued_kind(batch=1)
     objects.hold.clear()
     queue.start()
     try:

@@ -1,8 +1,9 @@
 """``JobSchedule`` -> one schedule row; the row (and its last job) -> ``.status``.
 
 Level-triggered on purpose: the change queue's passes (controller/changes.py:
-the watch saw the object new or changed) and the resync loop's all call the same :meth:`ScheduleReconciler.reconcile`, which reads the
-spec and the row as they are *now* and converges them. A missed watch event,
+the watch saw the object new or changed) and the resync loop's all call the
+same :meth:`ScheduleReconciler.reconcile`, which reads the spec and the row as
+they are *now* and converges them. A missed watch event,
 an operator restart, a row deleted by hand or by another cluster: the next pass
 repairs it, with no per-event bookkeeping to get wrong.
 
