@@ -22,6 +22,7 @@ import re
 import urllib.parse
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -33,6 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.testclient import TestClient
 
 import jobwarden
+import jobwarden.console as console_package
 from jobwarden.console import actions
 from jobwarden.db.database import Database
 from jobwarden.structs.jobs import Failure
@@ -44,9 +46,12 @@ NUL_VALUES = ["\x00", "mail\x00x"]
 #: Odd but sometimes meaningful: never a 500, and nothing changed when refused.
 ODD_VALUES = ["99999999999999d", "9" * 25, "9" * 5000, "-1", "0", " ", "\u00b2",
               "\u0663", "1e309", "\ud800", "x" * 3000, "2026-13-45", "9999-12-31T23:59:59-14:00"]
-#: Fields a crawl cannot see: the confirm step of a bulk action is rendered only
-#: in answer to a POST (its own form, with these fields, is the only one that has them).
-POST_ONLY_FIELDS = {"bulk": {"confirm": "yes"}}
+#: Fields a crawl cannot see: the confirm step of a bulk action, a job's delete and a
+#: lease's clear is rendered only in answer to a POST (its own form, with these fields,
+#: is the only one that has them). test_every_field_a_template_posts_is_exercised
+#: checks that this is every such field.
+POST_ONLY_FIELDS = {"bulk": {"confirm": "yes"}, "delete-job": {"confirm": "yes"},
+                    "clear-lease": {"confirm": "yes"}}
 #: What the crawl types into a GET form's empty fields: "x", or a value of the field's
 #: syntax (the fixture adds a job id for "id").
 TYPED = {"since": "30d", "until": "2099-01-01"}
@@ -211,6 +216,31 @@ def test_the_crawl_reaches_every_page_and_every_action(site: Site) -> None:
     assert {"before", "partial", "status", "queue", "since", "text"} <= site.crawl.params
 
 
+TEMPLATES = Path(console_package.__file__).parent / "templates"
+
+
+def test_every_field_a_template_posts_is_exercised(site: Site) -> None:
+    """The crawl sees the forms of pages a GET renders; a form rendered only in answer
+    to a POST (a confirmation step) is known from POST_ONLY_FIELDS. Every field name
+    written into any template's action form must be one of the two, so a field added
+    to a confirmation step later is not left out of the bad-input tests unnoticed."""
+    crawled = {name: {field for form in forms for field in form.fields}
+               for name, forms in site.crawl.forms.items()}
+    missing: dict[str, set[str]] = {}
+    for template in sorted(TEMPLATES.glob("*.html")):
+        parser = _Page()
+        parser.feed(template.read_text(encoding="utf-8"))
+        for form in parser.forms:
+            if not form.action.startswith("/actions/"):
+                continue
+            name = form.action.removeprefix("/actions/")
+            literal = {field for field in form.fields if "{" not in field}
+            left = literal - crawled.get(name, set()) - set(POST_ONLY_FIELDS.get(name, {}))
+            if left:
+                missing.setdefault(name, set()).update(left)
+    assert missing == {}, "add these to POST_ONLY_FIELDS (with a value that reaches them)"
+
+
 def test_every_query_parameter_of_every_page(site: Site) -> None:
     before = site.snapshot()
     params = sorted(site.crawl.params | UNLINKED_PARAMS)
@@ -277,6 +307,17 @@ def test_every_field_of_every_action(site: Site) -> None:
                         assert site.snapshot() == state, what
                     else:  # an odd value that is a valid one (a queue named "0")
                         state = site.snapshot()
+
+
+def test_the_action_s_name_in_the_path(site: Site) -> None:
+    """POST /actions/{name}: a name no action has, whatever its text, is a 404."""
+    before = site.snapshot()
+    for value in [*NUL_VALUES, *ODD_VALUES, "pause-queue/x", "..%2fqueues"]:
+        name = urllib.parse.quote(value, safe="", errors="surrogatepass")
+        answer = _post(site, name, {"csrf": site.csrf, "queue": "mail"})
+        _assert_safe(answer, f"POST /actions/{name[:40]}")
+        assert answer.status_code in (404, 405), (name[:40], answer.status_code)
+    assert site.snapshot() == before
 
 
 def test_the_issue_s_examples(site: Site, client: jobwarden.Client) -> None:
