@@ -12,6 +12,7 @@ import pytest
 import jobwarden
 from jobwarden.coordination import leases
 from jobwarden.observability import metrics
+from jobwarden.structs.leases import MAX_NAME_LENGTH, lease_name
 from tests.support.waiting import wait_for
 
 
@@ -272,6 +273,20 @@ def test_bad_arguments_are_refused_before_anything_is_stored(client: jobwarden.C
         with pytest.raises(ValueError):
             client.lease("x", **bad)
     assert client.db.leases.read("x") == []
+
+
+def test_a_long_name_is_taken_hashed_as_docs_leases_md_says(client: jobwarden.Client) -> None:
+    """Issue 28: ``client.lease("L" * 10240)`` was refused ("at most 200") while
+    docs/leases.md ("Long names") and structs/leases.py hash longer names."""
+    name = "L" * 10240
+    with client.lease(name, ttl=30, owner="me") as lease:
+        assert lease.held
+        assert client.db.leases.owner_of(name) == "me"
+        with pytest.raises(jobwarden.LeaseBusy):
+            client.lease(name, ttl=30).acquire()
+    [row] = client.db.leases.read(lease_name(name))
+    assert len(row.name) == MAX_NAME_LENGTH and row.name.startswith("L" * 135 + "#")
+    assert row.owner is None
 
 
 def test_one_guard_entered_by_two_threads_and_nested_releases_each_ones_own(
