@@ -8,6 +8,8 @@ new connections forwarded), with the default call bounds unless ``--quick``:
   ``DatabaseUnavailable`` (the bound, plus up to the watchdog's tick);
 - a client: seconds from the relay resuming to its first answered enqueue,
   retrying on ``DatabaseUnavailable``;
+- an asyncio client with four pooled connections and one enqueue made into the
+  silence: the same, and how many calls failed after the resume;
 - an in-process worker with jobs in flight, silent for ``--silence`` seconds
   (60 s by default, as in issue 26): seconds from the relay resuming to every
   job in flight and a job enqueued during the silence being completed.
@@ -18,6 +20,7 @@ Nothing is asserted (tests/chaos/test_silence.py specifies the behaviour).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import json
 import sys
@@ -29,6 +32,7 @@ from collections.abc import Callable, Sequence
 import jobwarden
 from jobwarden import errors
 from jobwarden.assembly import build_worker
+from jobwarden.db.asyncdatabase import AsyncDatabase
 from jobwarden.db.database import Database
 from jobwarden.db.deadlines import CallBounds
 from jobwarden.settings import WorkerSettings
@@ -89,6 +93,36 @@ def _client_recovery(dsn: str, bounds: CallBounds, silence: float) -> float:
                 continue
 
 
+def _async_client_recovery(dsn: str, bounds: CallBounds, silence: float
+                            ) -> dict[str, float]:
+    async def scenario() -> dict[str, float]:
+        with SilentRelay(dsn) as relay:
+            database = AsyncDatabase(relay.dsn, min_size=1, max_size=4, bounds=bounds)
+            async with jobwarden.AsyncClient(database=database) as client:
+                await asyncio.gather(*(client.enqueue(Nothing, check=False) for _ in range(4)))
+                relay.silence()
+                started = time.monotonic()
+                try:
+                    await client.enqueue(Nothing, check=False)
+                    raise RuntimeError("an asyncio enqueue into the silence was answered")
+                except errors.DatabaseUnavailable:
+                    into = time.monotonic() - started
+                await asyncio.sleep(max(silence - into, 0.0))  # the silence's length
+                relay.resume()
+                resumed = time.monotonic()
+                failed = 0
+                while True:
+                    try:
+                        await client.enqueue(Nothing, check=False)
+                        return {"call into the silence": into,
+                                "first answer": time.monotonic() - resumed,
+                                "calls failed after the resume": failed}
+                    except errors.DatabaseUnavailable:
+                        failed += 1
+
+    return asyncio.run(scenario())
+
+
 def _worker_recovery(dsn: str, bounds: CallBounds, silence: float) -> dict[str, float]:
     with SilentRelay(dsn) as relay:
         db = Database(relay.dsn, min_size=2, max_size=14, bounds=bounds)
@@ -131,6 +165,10 @@ def _wait(predicate: Callable[[], bool], timeout: float) -> bool:
     return False
 
 
+#: The measurements ``--parts`` chooses from, in the order they run.
+PARTS = ("calls", "client", "async", "worker")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.silence", description=__doc__)
     parser.add_argument("--dsn", help="a server to use (default: a private embedded one)")
@@ -138,7 +176,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="seconds of silence for the recovery figures (default 60)")
     parser.add_argument("--quick", action="store_true",
                         help="bounds of 1-2 s and 5 s of silence: a smoke test")
+    parser.add_argument("--parts", default=",".join(PARTS),
+                        help=f"which measurements, comma-separated (default: all of "
+                             f"{','.join(PARTS)})")
+    parser.add_argument("--out", help="also write the results (JSON) to this file")
     args = parser.parse_args(argv)
+    parts = {part.strip() for part in args.parts.split(",") if part.strip()}
+    if not parts <= set(PARTS):
+        parser.error(f"--parts: unknown {', '.join(sorted(parts - set(PARTS)))}")
     bounds = CallBounds(call=2, claim=2, heartbeat=1, record=2, lease=1) if args.quick \
         else CallBounds()
     silence = 5.0 if args.quick else args.silence
@@ -148,30 +193,48 @@ def main(argv: Sequence[str] | None = None) -> int:
         results: dict[str, object] = {"bounds": dataclasses.asdict(bounds),
                                       "silence_seconds": silence}
         abandoned: dict[str, float] = {}
-        for kind, call in _calls().items():
+        for kind, call in _calls().items() if "calls" in parts else ():
             dsn = factory.create()
             try:
                 abandoned[kind] = round(_abandoned_after(dsn, bounds, kind, call), 2)
             finally:
                 factory.drop(dsn)
             print(f"{kind}: DatabaseUnavailable after {abandoned[kind]:.2f} s", flush=True)
-        results["abandoned_after_seconds"] = abandoned
-        dsn = factory.create()
-        try:
-            results["client_recovery_seconds"] = round(_client_recovery(dsn, bounds, silence), 2)
-        finally:
-            factory.drop(dsn)
-        print(f"client: first answer {results['client_recovery_seconds']} s after the resume",
-              flush=True)
-        dsn = factory.create()
-        try:
-            results["worker_recovery_seconds"] = {
-                key: round(value, 2)
-                for key, value in _worker_recovery(dsn, bounds, silence).items()}
-        finally:
-            factory.drop(dsn)
-        print(f"worker: {results['worker_recovery_seconds']} (seconds after the resume)")
+        if abandoned:
+            results["abandoned_after_seconds"] = abandoned
+        if "client" in parts:
+            dsn = factory.create()
+            try:
+                results["client_recovery_seconds"] = round(
+                    _client_recovery(dsn, bounds, silence), 2)
+            finally:
+                factory.drop(dsn)
+            print(f"client: first answer {results['client_recovery_seconds']} s after the "
+                  f"resume", flush=True)
+        if "async" in parts:
+            dsn = factory.create()
+            try:
+                results["async_client_recovery_seconds"] = {
+                    key: round(value, 2)
+                    for key, value in _async_client_recovery(dsn, bounds, silence).items()}
+            finally:
+                factory.drop(dsn)
+            print(f"asyncio client: {results['async_client_recovery_seconds']} (seconds)",
+                  flush=True)
+        if "worker" in parts:
+            dsn = factory.create()
+            try:
+                results["worker_recovery_seconds"] = {
+                    key: round(value, 2)
+                    for key, value in _worker_recovery(dsn, bounds, silence).items()}
+            finally:
+                factory.drop(dsn)
+            print(f"worker: {results['worker_recovery_seconds']} (seconds after the resume)")
         print(json.dumps(results))
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as out:
+                json.dump(results, out, indent=1)
+                out.write("\n")
         return 0
     finally:
         factory.close()
