@@ -103,6 +103,104 @@ def _load() -> float:
     return round(os.getloadavg()[0], 1)
 
 
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_of(pid: int, *, reaped: bool = False) -> float:
+    """CPU seconds of a live process (its threads included); with ``reaped`` also
+    those of its children it waited for (a postmaster's exited backends)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / _TICK
+
+
+def _children(parent: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                found.append(int(stat.parent.name))
+        except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+            continue
+    return found
+
+
+def _postmaster(dsn: str) -> int | None:
+    """The server's postmaster, when it runs on this machine (its backends' parent)."""
+    backend = int(_one(dsn, "SELECT pg_backend_pid()"))
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return None
+
+
+class Profile:
+    """What one step cost, per job: the server's transactions and statements
+    (``pg_stat_database``, ``pg_stat_statements``), and CPU seconds of the server's
+    processes (the postmaster, its live backends and those that exited) and of
+    the fleet's (issue 31: does the work per job grow with the fleet?)."""
+
+    #: Statements by what they are (first matching pattern of the normalised text).
+    KINDS = (("claim", "picked AS"), ("host lock", "FOR SHARE"), ("complete", "done AS"),
+             ("next due", "min(run_at) - now()"), ("heartbeat", "heartbeat_at = now()"),
+             ("reaper", "WITH stale AS"), ("notify", "pg_notify"))
+
+    def __init__(self, admin: str, name: str, dsn: str, pids: Sequence[int]) -> None:
+        self.admin, self.name, self.dsn, self.pids = admin, name, dsn, list(pids)
+        self.postmaster = _postmaster(dsn)
+
+    def server_cpu(self) -> float:
+        if self.postmaster is None:
+            return 0.0
+        return _cpu_of(self.postmaster, reaped=True) + sum(
+            _cpu_of(pid) for pid in _children(self.postmaster))
+
+    def fleet_cpu(self) -> float:
+        return sum(_cpu_of(pid) for pid in self.pids)
+
+    def start(self) -> None:
+        with contextlib.suppress(psycopg.Error):
+            _one(self.dsn, "SELECT pg_stat_statements_reset()")
+        self.xacts, self.server, self.fleet = (_xacts(self.admin, self.name),
+                                               self.server_cpu(), self.fleet_cpu())
+        self.started = time.monotonic()
+
+    def stop(self, jobs: int) -> dict[str, Any]:
+        seconds = time.monotonic() - self.started
+        found: dict[str, Any] = {
+            "xacts_per_job": round((_xacts(self.admin, self.name) - self.xacts) / jobs, 2),
+            "server_cpu_ms_per_job": round(1000 * (self.server_cpu() - self.server) / jobs, 3),
+            "fleet_cpu_ms_per_job": round(1000 * (self.fleet_cpu() - self.fleet) / jobs, 3),
+            "profiled_seconds": round(seconds, 1)}
+        calls: dict[str, list[float]] = {}
+        others: dict[str, int] = {}
+        with contextlib.suppress(psycopg.Error), \
+                psycopg.connect(self.dsn, autocommit=True) as conn:
+            for query, n, rows, ms in conn.execute(
+                    "SELECT query, calls, rows, total_exec_time FROM pg_stat_statements "
+                    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = "
+                    "current_database()) AND query NOT LIKE '%%pg_stat_%%'"):
+                kind = next((k for k, pattern in self.KINDS if pattern in query), "other")
+                if kind == "other":
+                    others[" ".join(query.split())[:60]] = others.get(
+                        " ".join(query.split())[:60], 0) + n
+                sums = calls.setdefault(kind, [0, 0, 0.0])
+                sums[0] += n
+                sums[1] += rows
+                sums[2] += ms
+        found["statements_per_job"] = {k: round(v[0] / jobs, 3) for k, v in sorted(calls.items())}
+        found["statement_ms_per_job"] = {k: round(v[2] / jobs, 3) for k, v in sorted(calls.items())}
+        found["other_statements_per_job"] = {
+            k: round(n / jobs, 3) for k, n in sorted(others.items(), key=lambda i: -i[1])[:6]}
+        if calls.get("claim", [0])[0]:
+            found["jobs_per_claim"] = round(calls["claim"][1] / calls["claim"][0], 2)
+        return found
+
+
 class Fleet:
     """``size`` ``jobwarden worker`` processes, stopped (SIGTERM) on exit."""
 
@@ -157,9 +255,11 @@ def fleet(dsn: str, size: int, **options: Any) -> Iterator[Fleet]:
 
 
 def idle(admin: str, name: str, size: int, *, settle: float, window: float,
-         like: str = "%") -> dict[str, float]:
-    """Transactions/s and server connections per worker of an idle fleet."""
+         like: str = "%", profile: Profile | None = None) -> dict[str, Any]:
+    """Transactions/s and server connections per worker of an idle fleet (with a
+    profile: also CPU of the server and of the fleet, per worker)."""
     time.sleep(settle)  # past start-up: registration, the pool's first connections
+    cpu = (profile.server_cpu(), profile.fleet_cpu()) if profile else (0.0, 0.0)
     before, started = _xacts(admin, name), time.monotonic()
     samples = []
     while time.monotonic() - started < window:
@@ -169,7 +269,12 @@ def idle(admin: str, name: str, size: int, *, settle: float, window: float,
     return {"workers": size, "xact_per_s_per_worker":
             round((_xacts(admin, name) - before) / spent / size, 3),
             "connections_per_worker": round(statistics.mean(samples) / size, 2),
-            "load": _load()}
+            "load": _load(), **({
+                "server_cpu_ms_per_s_per_worker":
+                    round(1000 * (profile.server_cpu() - cpu[0]) / spent / size, 3),
+                "fleet_cpu_ms_per_s_per_worker":
+                    round(1000 * (profile.fleet_cpu() - cpu[1]) / spent / size, 3)}
+                if profile else {})}
 
 
 def _clear(dsn: str) -> None:
@@ -177,11 +282,14 @@ def _clear(dsn: str) -> None:
         conn.execute("DELETE FROM jobwarden.jobs")
 
 
-def latency(dsn: str, *, jobs: int, gap: float) -> dict[str, float]:
+def latency(dsn: str, *, jobs: int, gap: float,
+            profile: Profile | None = None) -> dict[str, Any]:
     """Enqueue to claim (database clock) of single enqueues into an idle fleet."""
     import jobwarden
 
     _clear(dsn)
+    if profile:
+        profile.start()
     with jobwarden.Client(dsn) as client:
         ids = []
         for _ in range(jobs):
@@ -193,7 +301,7 @@ def latency(dsn: str, *, jobs: int, gap: float) -> dict[str, float]:
             "SELECT extract(epoch FROM claimed_at - run_at) FROM jobwarden.jobs"))
     return {"p50_ms": round(1000 * statistics.median(waits), 1),
             "p99_ms": round(1000 * waits[min(len(waits) - 1, int(0.99 * len(waits)))], 1),
-            "load": _load()}
+            "load": _load(), **({"profile": profile.stop(jobs)} if profile else {})}
 
 
 def _wait_done(dsn: str, total: int, timeout: float = 900) -> None:
@@ -204,12 +312,15 @@ def _wait_done(dsn: str, total: int, timeout: float = 900) -> None:
         time.sleep(0.2)
 
 
-def drain(dsn: str, *, jobs: int, queues: Sequence[str]) -> dict[str, float]:
+def drain(dsn: str, *, jobs: int, queues: Sequence[str],
+          profile: Profile | None = None) -> dict[str, Any]:
     """Store ``jobs`` no-ops in one statement (spread over ``queues``); jobs/s until
     the last finished, on the database clock."""
     import jobwarden
 
     _clear(dsn)
+    if profile:
+        profile.start()
     with jobwarden.Client(dsn) as client:
         per = jobs // len(queues)
         for queue in queues:
@@ -218,7 +329,8 @@ def drain(dsn: str, *, jobs: int, queues: Sequence[str]) -> dict[str, float]:
     seconds = float(_one(dsn, "SELECT extract(epoch FROM max(finished_at) - min(created_at)) "
                               "FROM jobwarden.jobs"))
     return {"jobs": per * len(queues), "jobs_per_s": round(per * len(queues) / seconds, 1),
-            "load": _load()}
+            "load": _load(),
+            **({"profile": profile.stop(per * len(queues))} if profile else {})}
 
 
 def in_flight(admin: str, name: str, dsn: str, *, claims: int,
@@ -282,6 +394,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--idle-only", action="store_true",
                         help="per fleet size only the idle figures (no latency, drain, "
                              "in-flight)")
+    parser.add_argument("--drains-only", action="store_true",
+                        help="per fleet size only the latency trickle and the drains")
+    parser.add_argument("--profile", action="store_true",
+                        help="with each drain and trickle: transactions, statements and "
+                             "server / fleet CPU per job (see Profile)")
     parser.add_argument("--json", dest="json_path", help="write the results here")
     args = parser.parse_args(argv)
     admin, server = _server(args.dsn)
@@ -298,8 +415,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         name = "bench_fleet"
         dsn = _database(admin, name)
         # The ruler: one process, measured in this run.
-        with fleet(dsn, 1, concurrency=args.concurrency, tag="ruler"):
-            ruler = drain(dsn, jobs=args.jobs, queues=QUEUES[:1])
+        def profiled(running: Fleet) -> Profile | None:
+            return Profile(admin, name, dsn, [p.pid for p in running.procs]) \
+                if args.profile else None
+
+        with fleet(dsn, 1, concurrency=args.concurrency, tag="ruler") as one:
+            ruler = drain(dsn, jobs=args.jobs, queues=QUEUES[:1], profile=profiled(one))
             report("ruler", ruler)
         if args.before:
             with fleet(dsn, args.before, concurrency=args.concurrency, tag="before",
@@ -307,20 +428,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 report("idle_before", idle(admin, name, args.before, settle=args.settle,
                                            window=args.window))
         for size in [int(s) for s in args.sizes.split(",") if s]:
-            with fleet(dsn, size, concurrency=args.concurrency, tag=f"f{size}"):
-                report("idle", idle(admin, name, size, settle=args.settle,
-                                    window=args.window))
+            with fleet(dsn, size, concurrency=args.concurrency, tag=f"f{size}") as running:
+                if not args.drains_only:
+                    report("idle", idle(admin, name, size, settle=args.settle,
+                                        window=args.window, profile=profiled(running)))
                 if args.idle_only:
                     continue
-                report("latency", {"workers": size, **latency(dsn, jobs=args.trickle,
-                                                              gap=0.25)})
+                report("latency", {"workers": size, **latency(
+                    dsn, jobs=args.trickle, gap=0.25, profile=profiled(running))})
                 for label, queues in (("one queue", QUEUES[:1]), ("four queues", QUEUES)):
-                    found = drain(dsn, jobs=args.jobs, queues=queues)
+                    found = drain(dsn, jobs=args.jobs, queues=queues,
+                                  profile=profiled(running))
                     report("drain", {"workers": size, "queues": label, **found,
                                      "ratio_to_ruler": round(found["jobs_per_s"]
                                                              / ruler["jobs_per_s"], 2)})
-                report("in_flight", {"workers": size, **in_flight(
-                    admin, name, dsn, claims=size * args.concurrency, window=20)})
+                if not args.drains_only:
+                    report("in_flight", {"workers": size, **in_flight(
+                        admin, name, dsn, claims=size * args.concurrency, window=20)})
         for point in [p for p in args.curve.split(",") if p]:
             processes, slots = (int(x) for x in point.split("x"))
             with fleet(dsn, processes, concurrency=slots, tag=f"c{point}"):

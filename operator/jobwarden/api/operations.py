@@ -32,6 +32,9 @@ JobRef = definitions.JobRef
 #: Without a notification, ``wait`` still looks at the row this often: LISTEN only
 #: speeds waiting up (a pooler may not carry it), polling alone stays correct.
 WAIT_POLL_SECONDS = 1.0
+#: A waiter's mark (the ``job_waiters`` row that makes terminal writes NOTIFY) lasts
+#: this long and is renewed when half of it is left.
+WAIT_MARK_SECONDS = 60.0
 
 
 #: ``json.dumps(..., allow_nan=False, ensure_ascii=False)`` without building an
@@ -344,8 +347,10 @@ def wait(job_id: int, *, timeout: float | None,
          poll: float = WAIT_POLL_SECONDS) -> plans.Plan[Any]:
     """Until the job finishes: its result, or its error raised; WaitTimeout after ``timeout``.
 
-    Woken by the NOTIFY that every terminal write sends with the job's id; the row
-    is also read every ``poll`` seconds, so a lost notification only costs latency.
+    Woken by the NOTIFY that a terminal write sends with the job's id when a waiter
+    marked the job (``job_waiters``, migration 0024: a NOTIFY costs every LISTENing
+    backend a transaction, so writes send none that nobody waits for); the row is
+    also read every ``poll`` seconds, so a lost notification only costs latency.
     """
     if timeout is not None and (math.isnan(timeout) or timeout < 0):
         raise ValueError("timeout must be a non-negative number of seconds (or None)")
@@ -353,7 +358,15 @@ def wait(job_id: int, *, timeout: float | None,
     yield plans.Listen(jobs_db.DONE_TOPIC)  # before the first read: nothing can slip between
     started: float = yield plans.Clock()
     deadline = math.inf if timeout is None else started + timeout
+    renew_at = started
     while True:
+        if (yield plans.Clock()) >= renew_at:
+            # Marked (committed) before the read: a write that the read does not see
+            # yet sees the mark, unless it was already under way (then the next read).
+            marked_at: float = yield plans.Clock()
+            yield plans.Query("job_wait_mark", {"id": job_id, "seconds": WAIT_MARK_SECONDS},
+                              count=True)
+            renew_at = marked_at + WAIT_MARK_SECONDS / 2
         record = yield from job(job_id)
         if record.status in TERMINAL:
             return outcome(record)

@@ -1,4 +1,4 @@
--- The Jobwarden schema after every migration (0001 to 0023), for readers.
+-- The Jobwarden schema after every migration (0001 to 0024), for readers.
 -- GENERATED from operator/jobwarden/db/migrations: do not edit; the migrations
 -- are the truth. Regenerate: python -m tests.support.schemadump
 -- (pg_dump --schema-only, normalized; schema name: jobwarden, the default).
@@ -211,6 +211,15 @@ CREATE TABLE jobwarden.job_class_failures (
     host text NOT NULL,
     failed_at timestamp with time zone DEFAULT now() NOT NULL,
     failures bigint DEFAULT 1 NOT NULL
+);
+
+--
+-- Name: job_waiters; Type: TABLE; Schema: jobwarden
+--
+
+CREATE UNLOGGED TABLE jobwarden.job_waiters (
+    job_id bigint NOT NULL,
+    until timestamp with time zone NOT NULL
 );
 
 --
@@ -475,6 +484,13 @@ ALTER TABLE ONLY jobwarden.job_attempts
 
 ALTER TABLE ONLY jobwarden.job_class_failures
     ADD CONSTRAINT job_class_failures_pkey PRIMARY KEY (job_class);
+
+--
+-- Name: job_waiters job_waiters_pkey; Type: CONSTRAINT; Schema: jobwarden
+--
+
+ALTER TABLE ONLY jobwarden.job_waiters
+    ADD CONSTRAINT job_waiters_pkey PRIMARY KEY (job_id);
 
 --
 -- Name: jobs jobs_pkey; Type: CONSTRAINT; Schema: jobwarden

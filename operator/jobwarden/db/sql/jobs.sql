@@ -249,12 +249,31 @@ JOIN {schema}.jobs AS j ON j.id = c.id AND j.claim_token = c.token;
 
 -- name: fragment_notify_done
 -- Tell `wait`ers which jobs reached a terminal state: one NOTIFY per range of 300 ids
--- (the payload, comma-separated ids, stays far below NOTIFY's 8000-byte limit).
--- Expects a `done(id)` CTE; delivered when the writing transaction commits.
+-- (the payload, comma-separated ids, stays far below NOTIFY's 8000-byte limit), for
+-- the jobs a waiter marked (job_wait_mark) only, whose marks it removes: every NOTIFY
+-- costs each LISTENing backend of the database (every worker's) a transaction, so
+-- nothing is sent when nobody waits (migration 0024). Expects a `done(id)` CTE;
+-- delivered when the writing transaction commits.
+waited AS (
+    DELETE FROM {schema}.job_waiters AS w
+    WHERE w.job_id = ANY(ARRAY(SELECT id FROM done))
+    RETURNING w.job_id
+),
 notified AS (
     SELECT count(pg_notify(%(done_channel)s, g.ids)) AS n
-    FROM (SELECT string_agg(id::text, ',') AS ids FROM done GROUP BY id / 300) AS g
+    FROM (SELECT string_agg(job_id::text, ',') AS ids FROM waited GROUP BY job_id / 300) AS g
 )
+
+-- name: job_wait_mark
+-- A waiter's mark (Client.wait): terminal writes of this job NOTIFY the `done`
+-- channel (fragment_notify_done) until `until`; renewed while it waits. Marks past
+-- their `until` (waiters that went away before the job ended) are deleted here.
+WITH expired AS (
+    DELETE FROM {schema}.job_waiters WHERE until < now() AND job_id <> %(id)s
+)
+INSERT INTO {schema}.job_waiters AS w (job_id, until)
+VALUES (%(id)s, now() + make_interval(secs => %(seconds)s))
+ON CONFLICT (job_id) DO UPDATE SET until = greatest(w.until, excluded.until);
 
 -- name: job_complete_many
 -- Batched, fenced completion. Ids missing from the result were fenced.
