@@ -121,6 +121,16 @@ def _navigate(browser: WebDriver, by: str, value: str) -> None:
         lambda b: b.execute_script("return document.readyState") == "complete")
 
 
+def _text(browser: WebDriver, element_id: str) -> str:
+    """The shown text of the element with this id, read in one script call.
+
+    ``find_element(...).text`` is two calls: the live refresh (every 0.5 s here)
+    may swap the element in between (StaleElementReferenceException, seen under load).
+    """
+    return str(browser.execute_script(
+        "return document.getElementById(arguments[0]).innerText", element_id))
+
+
 def _shot(browser: WebDriver, folder: Path, name: str) -> None:
     browser.save_screenshot(str(folder / f"{name}.png"))
 
@@ -162,8 +172,8 @@ def test_filter_then_open_a_job(browser: WebDriver, console_url: str,
     assert statuses == ["failed"] * 3
     _shot(browser, screenshots, "jobs-filtered")
     _navigate(browser, By.CSS_SELECTOR, "#jobs tbody tr[data-job] a")
-    assert browser.find_element(By.ID, "job-status").text == "failed"
-    assert "KeyError" in browser.find_element(By.ID, "attempts").text
+    assert _text(browser, "job-status") == "failed"
+    assert "KeyError" in _text(browser, "attempts")
 
 
 def test_retry_a_failed_job(browser: WebDriver, console_url: str, client: jobwarden.Client,
@@ -172,7 +182,7 @@ def test_retry_a_failed_job(browser: WebDriver, console_url: str, client: jobwar
     browser.get(f"{console_url}/jobs/{job_id}")
     _navigate(browser, By.XPATH, "//button[text()='Retry']")
     assert "will run again" in browser.find_element(By.CLASS_NAME, "notice").text
-    assert browser.find_element(By.ID, "job-status").text == "pending"
+    assert _text(browser, "job-status") == "pending"
     assert client.job(job_id).status is JobStatus.PENDING
 
 
@@ -205,7 +215,7 @@ def test_bulk_cancel_asks_for_confirmation(browser: WebDriver, console_url: str,
 def test_a_script_in_job_data_is_shown_as_text(browser: WebDriver, console_url: str,
                                                seeded: dict[str, int]) -> None:
     browser.get(f"{console_url}/jobs/{seeded['xss']}")
-    shown = browser.find_element(By.ID, "job-data").text
+    shown = _text(browser, "job-data")
     assert "<script>window.__pwned = 1</script>" in shown and "<img src=x onerror=" in shown
     assert browser.execute_script("return window.__pwned === undefined")
     assert browser.execute_script(
@@ -232,7 +242,7 @@ def test_pages_update_live_without_a_reload(browser: WebDriver, console_url: str
                                             seeded: dict[str, int]) -> None:
     job_id = seeded["mail"]
     browser.get(f"{console_url}/jobs/{job_id}")
-    assert browser.find_element(By.ID, "job-status").text == "pending"
+    assert _text(browser, "job-status") == "pending"
     browser.execute_script("window.__sameDocument = true")
     client.cancel(job_id)
 
