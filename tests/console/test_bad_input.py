@@ -241,6 +241,24 @@ def test_every_field_a_template_posts_is_exercised(site: Site) -> None:
     assert missing == {}, "add these to POST_ONLY_FIELDS (with a value that reaches them)"
 
 
+#: How the console's code reads a query parameter or a form field by name.
+_READS = re.compile(r'(?:query_params|params|form)\.(?:get|getlist)\(\s*"(\w+)"'
+                    r'|_(?:name|number)\(form, "(\w+)"')
+
+
+def test_every_parameter_and_field_the_code_reads_is_exercised(site: Site) -> None:
+    """Every name the console's pages and actions read from a request (found in their
+    source) is one the tests above put bad values in: crawled, unlinked or post-only."""
+    read = {a or b for path in sorted(TEMPLATES.parent.glob("*.py"))
+            for a, b in _READS.findall(path.read_text(encoding="utf-8"))}
+    assert {"before", "id", "job_id", "slot", "confirm"} <= read  # the scan finds them
+    exercised = site.crawl.params | UNLINKED_PARAMS | {
+        field for forms in site.crawl.forms.values() for form in forms
+        for field in form.fields} | {
+        field for fields in POST_ONLY_FIELDS.values() for field in fields}
+    assert read - exercised == set()
+
+
 def test_every_query_parameter_of_every_page(site: Site) -> None:
     before = site.snapshot()
     params = sorted(site.crawl.params | UNLINKED_PARAMS)
