@@ -439,6 +439,78 @@ def test_a_worker_and_a_client_ride_out_a_real_packet_drop(
     assert answers and answers[0].startswith("DatabaseUnavailable:"), answers
 
 
+LEASE_HOLDER = """
+import sys
+import jobwarden
+from jobwarden import errors
+from jobwarden.coordination.leases import LeaseLost
+with jobwarden.Client(sys.argv[1]) as client:
+    lease = client.lease("report", ttl=4).acquire()
+    print("acquired", lease.expires_at.isoformat(), flush=True)
+    sys.stdin.readline()  # the packets are dropped from now on
+    try:
+        lease.renew()
+        print("renewed", flush=True)
+    except errors.DatabaseUnavailable as exc:
+        print("DatabaseUnavailable:", exc, flush=True)
+    sys.stdin.readline()  # the database's clock is past the lease's expiry
+    print("held" if lease.held else "not held", flush=True)
+    sys.stdin.readline()  # packets pass again; another owner took the lease
+    for _ in range(100):
+        try:
+            lease.renew()
+            print("renewed", flush=True)
+            break
+        except LeaseLost:
+            print("lost", flush=True)
+            break
+        except errors.DatabaseUnavailable:
+            continue
+"""
+
+
+def test_a_lease_holder_whose_renewals_meet_a_real_packet_drop_is_not_held_past_expiry(
+        dsn: str, netns: Netns) -> None:
+    """As the relay's lease test, with packets really lost: the holder runs in the
+    network namespace; its renewal during the drop ends in DatabaseUnavailable (the
+    lease bound), it counts itself no longer the holder by the database's expiry,
+    and its first renewal after the drop learns that another owner took it."""
+    with SilentRelay(dsn, listen_host=netns.host_ip) as relay, \
+            jobwarden.Client(dsn) as other:
+        env = {**os.environ, **FAST_BOUNDS, "PYTHONPATH": str(REPO)}
+        holder = subprocess.Popen(netns.command(sys.executable, "-c", LEASE_HOLDER, relay.dsn),
+                                  env=env, cwd=REPO, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, text=True)
+        assert holder.stdin is not None and holder.stdout is not None
+
+        def tell() -> None:
+            assert holder.stdin is not None
+            holder.stdin.write("\n")
+            holder.stdin.flush()
+
+        try:
+            said, stamp = holder.stdout.readline().split()
+            assert said == "acquired"
+            netns.drop(relay.port)
+            tell()
+            assert holder.stdout.readline().startswith(
+                "DatabaseUnavailable: database unavailable: no answer within 1.5 s")
+            expires_at = datetime.datetime.fromisoformat(stamp)
+            wait_for(lambda: holder_clock(dsn) >= expires_at, timeout=30,
+                     message="the database's clock past the lease's expiry")
+            tell()
+            assert holder.stdout.readline().strip() == "not held"
+            taken = other.lease("report", ttl=30).acquire()
+            netns.undrop()
+            tell()
+            assert holder.stdout.readline().strip() == "lost"
+            assert taken.held
+            taken.release()
+        finally:
+            holder.kill()
+            holder.wait(timeout=30)
+
+
 # -- the operator --------------------------------------------------------------------------
 
 
