@@ -10,6 +10,7 @@ previous run ``Replace`` cancels, and what is written back. The database tests
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from typing import Any
 
@@ -22,7 +23,10 @@ from jobwarden.structs.policies import Overlap
 from jobwarden.structs.schedules import (
     SLOT_HISTORY,
     SLOT_PRUNE_MARGIN,
+    Advance,
+    AdvanceColumns,
     DueSchedule,
+    FateColumns,
     FateRow,
     JobRow,
 )
@@ -231,3 +235,9 @@ def test_a_shared_plan_is_never_changed_by_a_decision() -> None:
     for overlap in ("Forbid", "Replace", "Allow"):
         decisions.decide(due(overlap=overlap, catch_up="all"), plan, expr, at=at(3, 10))
     assert plan.run == before
+
+
+def test_the_write_back_s_columns_are_its_rows_fields_in_order() -> None:
+    # The pass appends to the columns and the statements read them by the rows' names.
+    assert [f.name for f in dataclasses.fields(AdvanceColumns)] == list(Advance._fields)
+    assert [f.name for f in dataclasses.fields(FateColumns)] == list(FateRow._fields)

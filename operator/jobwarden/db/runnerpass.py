@@ -36,7 +36,7 @@ from psycopg.pq import Format, TransactionStatus
 
 from jobwarden.db.arrays import array_literal
 from jobwarden.db.faults import translate_errors
-from jobwarden.structs.schedules import Advance, DueSchedule, FateRow, JobRow, PassWrite
+from jobwarden.structs.schedules import DueSchedule, JobRow, PassWrite
 
 if TYPE_CHECKING:
     from jobwarden.db.database import Connection, Database
@@ -186,26 +186,26 @@ class RunnerPass:
         if notify_queues:
             statements.append(self._bind("schedule_runner_notify", {
                 "channel": self._db.jobs.channel, "queues": list(notify_queues)}))
-        if write.advances:
-            a = _columns(Advance._fields, write.advances)
+        a = write.advances
+        if len(a):
             statements.append(self._bind_arrays("schedule_runner_advance", {
-                "names": a["name"], "ctids": a["ctid"], "count": len(write.advances),
-                "planned_until": texts(a["planned_until"]), "last_slot": texts(a["last_slot"]),
-                "last_enqueued_slot": texts(a["last_enqueued_slot"]),
-                "next_slot": texts(a["next_slot"]), "enqueued": a["enqueued"],
-                "skipped": a["skipped"], "missed": a["missed"], "replaced": a["replaced"],
-                "last_job_id": a["last_job_id"],
-                "last_key": _unknown(a["last_key"], a["last_job_id"]),
-                "error": a["error"], "slot_rows": a["slot_rows"]}))
+                "names": a.name, "ctids": a.ctid, "count": len(a),
+                "planned_until": texts(a.planned_until), "last_slot": texts(a.last_slot),
+                "last_enqueued_slot": texts(a.last_enqueued_slot),
+                "next_slot": texts(a.next_slot), "enqueued": a.enqueued,
+                "skipped": a.skipped, "missed": a.missed, "replaced": a.replaced,
+                "last_job_id": a.last_job_id,
+                "last_key": _unknown(a.last_key, a.last_job_id),
+                "error": a.error, "slot_rows": a.slot_rows}))
         if write.hold_names:
             statements.append(self._bind_arrays("schedule_runner_hold", {
                 "names": write.hold_names, "ctids": write.hold_ctids}))
-        if write.fates:
+        f = write.fates
+        if len(f):
             history = "schedule_runner_merge_slots" if merge else "schedule_runner_record_slots"
-            f = _columns(FateRow._fields, write.fates)
             statements.append(self._bind_arrays(history, {
-                "names": f["name"], "slots": texts(f["slot"]), "fates": f["fate"],
-                "job_ids": f["job_id"], "unique_keys": _unknown(f["unique_key"], f["job_id"])}))
+                "names": f.name, "slots": texts(f.slot), "fates": f.fate,
+                "job_ids": f.job_id, "unique_keys": _unknown(f.unique_key, f.job_id)}))
         if write.prune:
             statements.append(self._bind_arrays("schedule_runner_prune_slots", {
                 "names": write.prune, "keep": keep}))
@@ -214,13 +214,6 @@ class RunnerPass:
         except psycopg.errors.UniqueViolation as exc:
             self.conn.rollback()
             raise SlotConflict(str(exc)) from exc
-
-
-def _columns(fields: Sequence[str], rows: Sequence[tuple[Any, ...]]) -> dict[str, list[Any]]:
-    """The rows' columns by field name: one list each, for the typed arrays on the wire
-    (a transposition by ``zip``: a tenth of a comprehension per column)."""
-    return {field: list(column)
-            for field, column in zip(fields, zip(*rows, strict=True), strict=True)}
 
 
 def _unknown(keys: Sequence[str | None], ids: Sequence[int | None]) -> list[str | None]:

@@ -5,9 +5,10 @@ The runner (:mod:`jobwarden.schedules.runner`) claims due schedules, asks
 and how many it missed, and then :func:`decide` here: which of those slots the
 overlap policy runs or skips, the job row of each slot that runs (its unique
 key, lease and ``on_busy``), the fate of every slot for the history, and the
-schedule's write-back. The only effect the decision asks for is the
-cancellation of the previous run (``Replace``): :attr:`ScheduleDecision.replace_job`,
-which the runner performs and counts before it writes the decision.
+schedule's write-back (:meth:`ScheduleDecision.write_into` adds the last two to
+the pass's columns). The only effect the decision asks for is the cancellation
+of the previous run (``Replace``): :attr:`ScheduleDecision.replace_job`, which
+the runner performs and counts before it writes the decision.
 
 Keeping this free of I/O is what lets the overlap rules, the slot keys and the
 ``on_busy`` of every policy be tested as a table of cases (tests/unit), while
@@ -27,8 +28,10 @@ from jobwarden.structs.schedules import (
     SLOT_PRUNE_MARGIN,
     Advance,
     DueSchedule,
+    FateColumns,
     FateRow,
     JobRow,
+    PassWrite,
 )
 
 __all__ = ["ScheduleDecision", "by_overlap", "decide", "history_rows", "missed_slots"]
@@ -63,27 +66,61 @@ class ScheduleDecision(NamedTuple):
     slot_rows: int
     prune: bool
 
+    def write_into(self, write: PassWrite, *, replaced: int) -> None:
+        """Add the schedule's write-back (once ``replaced`` previous runs were cancelled)
+        and the fates of its slots (enqueued, then skipped, then missed) to ``write``.
+
+        Value by value into the columns the statements send, not as row objects: a
+        pass adds thousands (``python -m bench.schedules``).
+        """
+        name, run, jobs = self.name, self.run, self.jobs
+        a = write.advances
+        a.name.append(name)
+        a.ctid.append(self.ctid)
+        a.planned_until.append(self.planned_until)
+        a.last_slot.append(self.fated)
+        a.last_enqueued_slot.append(run[-1] if run else None)
+        a.next_slot.append(self.next_slot)
+        a.enqueued.append(len(run))  # less the duplicates, once the insert has told
+        a.skipped.append(len(self.skipped))
+        a.missed.append(self.missed)
+        a.replaced.append(replaced)
+        a.last_key.append(jobs[-1].unique_key if jobs else None)
+        a.last_job_id.append(jobs[-1].id if jobs else None)
+        a.error.append(None)
+        a.slot_rows.append(self.slot_rows)
+        f = write.fates
+        for slot, job in zip(run, jobs, strict=True):
+            _add_fate(f, name, slot, "enqueued", job.unique_key, job.id)
+        for slot in self.skipped:
+            _add_fate(f, name, slot, "skipped", None, None)
+        for slot in self.missed_slots:
+            _add_fate(f, name, slot, "missed", None, None)
+        if self.prune:
+            write.prune.append(name)
+
     def advance(self, *, replaced: int) -> Advance:
-        """The schedule's write-back, once ``replaced`` previous runs were cancelled."""
-        newest = self.jobs[-1] if self.jobs else None
-        return Advance(
-            self.name, self.ctid, self.planned_until, self.fated,
-            self.run[-1] if self.run else None, self.next_slot, len(self.run),
-            len(self.skipped), self.missed, replaced,
-            newest.unique_key if newest else None, newest.id if newest else None, None,
-            self.slot_rows)
+        """The schedule's write-back, as :meth:`write_into` adds it, as a row."""
+        write = PassWrite()
+        self.write_into(write, replaced=replaced)
+        advance: Advance = write.advances.rows()[0]
+        return advance
 
     def fates(self) -> list[FateRow]:
-        """The history rows of the pass: enqueued, then skipped, then missed slots."""
-        name = self.name
-        found = [FateRow(name, slot, "enqueued", job.unique_key, job.id)
-                 for slot, job in zip(self.run, self.jobs, strict=True)]
-        if self.skipped:
-            found.extend(FateRow(name, slot, "skipped", None, None) for slot in self.skipped)
-        if self.missed_slots:
-            found.extend(FateRow(name, slot, "missed", None, None)
-                         for slot in self.missed_slots)
-        return found
+        """The fates of its slots, as :meth:`write_into` adds them, as rows."""
+        write = PassWrite()
+        self.write_into(write, replaced=0)
+        fates: list[FateRow] = write.fates.rows()
+        return fates
+
+
+def _add_fate(f: FateColumns, name: str, slot: dt.datetime, fate: str,
+              unique_key: str | None, job_id: int | None) -> None:
+    f.name.append(name)
+    f.slot.append(slot)
+    f.fate.append(fate)
+    f.unique_key.append(unique_key)
+    f.job_id.append(job_id)
 
 
 def decide(schedule: DueSchedule, plan: planning.DuePlan, expr: expressions.Expression, *,

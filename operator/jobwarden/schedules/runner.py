@@ -285,17 +285,19 @@ def _count(write: PassWrite, report: RunReport, fresh_rows: Sequence[JobRow]) ->
         logger.warning("schedule %r held (not enqueued): the operator of the cluster that "
                        "wrote it has not confirmed it within its grace (its JobSchedule may "
                        "be gone); an operator whose JobSchedule exists resumes it", name)
-    for advance in write.advances:
-        report.enqueued += advance.enqueued
-        report.skipped += advance.skipped
-        report.missed += advance.missed
-        metrics.prime_schedule(advance.name)
-        if advance.enqueued:
-            metrics.SCHEDULE_SLOTS_ENQUEUED.labels(advance.name).inc(advance.enqueued)
-        if advance.skipped:
-            metrics.SCHEDULE_SLOTS_SKIPPED.labels(advance.name).inc(advance.skipped)
-        if advance.missed:
-            metrics.SCHEDULE_SLOTS_MISSED.labels(advance.name).inc(advance.missed)
+    a = write.advances
+    report.enqueued += sum(a.enqueued)
+    report.skipped += sum(a.skipped)
+    report.missed += sum(a.missed)
+    for name, enqueued, skipped, missed in zip(a.name, a.enqueued, a.skipped, a.missed,
+                                               strict=True):
+        metrics.prime_schedule(name)
+        if enqueued:
+            metrics.SCHEDULE_SLOTS_ENQUEUED.labels(name).inc(enqueued)
+        if skipped:
+            metrics.SCHEDULE_SLOTS_SKIPPED.labels(name).inc(skipped)
+        if missed:
+            metrics.SCHEDULE_SLOTS_MISSED.labels(name).inc(missed)
     report.pod_runs.update(row.pod_run for row in fresh_rows if row.pod_run)
     for (queue, job_class), count in collections.Counter(
             (row.queue, row.job_class) for row in fresh_rows).items():
@@ -330,10 +332,7 @@ def _plan(batch: _Batch, schedule: DueSchedule) -> None:
         _log_fates(schedule, decision)
     batch.rows.extend(decision.jobs)
     batch.report.replaced += replaced
-    batch.write.advances.append(decision.advance(replaced=replaced))
-    batch.write.fates.extend(decision.fates())
-    if decision.prune:
-        batch.write.prune.append(schedule.name)
+    decision.write_into(batch.write, replaced=replaced)
 
 
 def _due_plan(batch: _Batch, schedule: DueSchedule,

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 from jobwarden.structs.policies import CatchUp, OnBusy, Overlap
 
@@ -266,16 +266,74 @@ class FateRow(NamedTuple):
     job_id: int | None
 
 
+class _Columns:
+    """Rows of the named tuple :attr:`row` kept column by column: a list per field, of
+    the field's name. A pass appends each value straight to the list a statement sends
+    (typed arrays on the wire), so thousands of schedules build no row objects to
+    transpose again (``python -m bench.schedules`` measures the client's CPU)."""
+
+    row: ClassVar[type[Any]]
+
+    def __len__(self) -> int:
+        return len(getattr(self, self.row._fields[0]))
+
+    def append(self, row: tuple[Any, ...]) -> None:
+        """Add one row (a pass's rare rows: an error's write-back)."""
+        for field, value in zip(self.row._fields, row, strict=True):
+            getattr(self, field).append(value)
+
+    def rows(self) -> list[Any]:
+        """The rows, as :attr:`row` tuples (for readers and tests, not the pass)."""
+        columns = [getattr(self, field) for field in self.row._fields]
+        return [self.row._make(values) for values in zip(*columns, strict=True)]
+
+
+@dataclasses.dataclass
+class AdvanceColumns(_Columns):
+    """The pass's :class:`Advance` rows (``schedule_runner_advance``), by column."""
+
+    row: ClassVar[type[Advance]] = Advance
+
+    name: list[str] = dataclasses.field(default_factory=list)
+    ctid: list[str] = dataclasses.field(default_factory=list)
+    planned_until: list[datetime.datetime | None] = dataclasses.field(default_factory=list)
+    last_slot: list[datetime.datetime | None] = dataclasses.field(default_factory=list)
+    last_enqueued_slot: list[datetime.datetime | None] = dataclasses.field(
+        default_factory=list)
+    next_slot: list[datetime.datetime | None] = dataclasses.field(default_factory=list)
+    enqueued: list[int] = dataclasses.field(default_factory=list)
+    skipped: list[int] = dataclasses.field(default_factory=list)
+    missed: list[int] = dataclasses.field(default_factory=list)
+    replaced: list[int] = dataclasses.field(default_factory=list)
+    last_key: list[str | None] = dataclasses.field(default_factory=list)
+    last_job_id: list[int | None] = dataclasses.field(default_factory=list)
+    error: list[str | None] = dataclasses.field(default_factory=list)
+    slot_rows: list[int] = dataclasses.field(default_factory=list)
+
+
+@dataclasses.dataclass
+class FateColumns(_Columns):
+    """The pass's :class:`FateRow` rows (the history, ``schedule_slots``), by column."""
+
+    row: ClassVar[type[FateRow]] = FateRow
+
+    name: list[str] = dataclasses.field(default_factory=list)
+    slot: list[datetime.datetime] = dataclasses.field(default_factory=list)
+    fate: list[str] = dataclasses.field(default_factory=list)
+    unique_key: list[str | None] = dataclasses.field(default_factory=list)
+    job_id: list[int | None] = dataclasses.field(default_factory=list)
+
+
 @dataclasses.dataclass(kw_only=True)
 class PassWrite:
-    """A runner pass's write-back: one :class:`Advance` per planned schedule, one
-    :class:`FateRow` per slot that got a fate, the schedules whose history is pruned
-    back to its bound and those held (owner absent: suspended, not planned). The
-    statements send them column by column (typed arrays on the wire).
+    """A runner pass's write-back: an :class:`Advance` per planned schedule, a
+    :class:`FateRow` per slot that got a fate (both kept by column, as the statements
+    send them), the schedules whose history is pruned back to its bound and those held
+    (owner absent: suspended, not planned).
     """
 
-    advances: list[Advance] = dataclasses.field(default_factory=list)
-    fates: list[FateRow] = dataclasses.field(default_factory=list)
+    advances: AdvanceColumns = dataclasses.field(default_factory=AdvanceColumns)
+    fates: FateColumns = dataclasses.field(default_factory=FateColumns)
     prune: list[str] = dataclasses.field(default_factory=list)
     #: Schedules whose owner is absent: suspended by the pass, not planned.
     hold_names: list[str] = dataclasses.field(default_factory=list)
@@ -292,13 +350,13 @@ class PassWrite:
         if not existing:
             return 0
         keys = {row.unique_key for row in rows if row.unique_key not in inserted}
-        self.advances = [
-            advance._replace(
-                enqueued=advance.enqueued - existing.get(advance.name, 0),
-                last_job_id=None if advance.last_key in keys else advance.last_job_id)
-            for advance in self.advances]
-        self.fates = [fate._replace(job_id=None) if fate.unique_key in keys else fate
-                      for fate in self.fates]
+        a, f = self.advances, self.fates
+        a.enqueued = [count - existing.get(name, 0)
+                      for name, count in zip(a.name, a.enqueued, strict=True)]
+        a.last_job_id = [None if key in keys else found
+                         for key, found in zip(a.last_key, a.last_job_id, strict=True)]
+        f.job_id = [None if key in keys else found
+                    for key, found in zip(f.unique_key, f.job_id, strict=True)]
         return sum(existing.values())
 
 
