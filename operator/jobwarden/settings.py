@@ -29,6 +29,9 @@ Isolation = Literal["thread", "process"]
 #: Seconds per unit suffix of a duration.
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _DURATION = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s|m|h|d)?\s*")
+#: The largest count a setting takes (PostgreSQL's integer; a larger one failed in
+#: the database, in a worker thread: exit 70 instead of a configuration error).
+MAX_COUNT = 2**31 - 1
 #: The longest duration taken: 100 years. Longer ones overflowed where they were used
 #: (a PostgreSQL interval or timestamp, a timer's time_t): a traceback or a crashed
 #: worker thread instead of a one-line refusal.
@@ -263,6 +266,11 @@ class WorkerSettings:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise errors.ConfigurationError("concurrency must be at least 1")
+        if self.concurrency > MAX_COUNT:
+            raise errors.ConfigurationError(f"concurrency must be at most {MAX_COUNT}")
+        if self.http_port is not None and not 0 <= self.http_port <= 65535:
+            raise errors.ConfigurationError(f"the HTTP port must be from 0 to 65535, "
+                                            f"not {self.http_port}")
         if self.heartbeat_interval <= 0 or self.heartbeat_grace <= self.heartbeat_interval:
             raise errors.ConfigurationError(
                 "heartbeat grace must be longer than the heartbeat interval"

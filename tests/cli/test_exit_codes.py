@@ -130,6 +130,16 @@ CASES = [
     Case(9, ("status",), no_dsn=True),
     Case(9, ("status",), env=(("JOBWARDEN_DSN_FILE", "/nonexistent/dsn"),), no_dsn=True),
     Case(9, ("worker",), env=(("JOBWARDEN_POLL_INTERVAL", "99999999999999d"),)),  # was 70
+    # Numbers beyond what they name, in variables: a traceback (1) or a crashed thread (70).
+    Case(9, ("worker",), env=(("JOBWARDEN_CONCURRENCY", "99999999999999999999"),)),
+    Case(9, ("worker",), env=(("JOBWARDEN_HOST_CAP", "99999999999999999999"),),
+         one_line=False),  # after the no --app warning
+    Case(9, ("worker",), env=(("JOBWARDEN_HTTP_PORT", "99999"),)),
+    Case(9, ("run-job",), env=(("JOBWARDEN_JOB_ID", "99999999999999999999"),
+                               ("JOBWARDEN_CLAIM_TOKEN", str(uuid.UUID(int=1))))),
+    Case(9, ("run-job",), env=(("JOBWARDEN_JOB_ID", "1"),
+                               ("JOBWARDEN_LEASE_TOKEN", "99999999999999999999"),
+                               ("JOBWARDEN_CLAIM_TOKEN", str(uuid.UUID(int=1))))),
     Case(10, ("run-job", "--job-id", "{job}", "--claim-token", str(uuid.UUID(int=1))),
          setup=_pending),
 ]

@@ -82,9 +82,9 @@ def _env_int(name: str) -> int | None:
         value = int(raw)
     except ValueError:
         value = 0
-    if value <= 0:
+    if not 0 < value < 2**63:  # job ids and fencing tokens are bigint
         raise errors.ConfigurationError(
-            f"{name} must be a positive whole number, not {arguments.echo(raw)}")
+            f"{name} must be a whole number from 1 to {2**63 - 1}, not {arguments.echo(raw)}")
     return value
 
 

@@ -56,6 +56,11 @@ SHUTDOWN_REASON = "shutdown"
 MAX_REASON_LENGTH = 200
 
 
+#: The largest cap: the column is PostgreSQL's integer (a larger one crashed the
+#: worker's registration thread, exit 70, instead of a configuration error).
+MAX_CAP = 2**31 - 1
+
+
 def parse_cap(raw: object, *, source: str = "host cap") -> int | None:
     """A cap setting: a positive integer, or 0 / empty / None for "no cap"."""
     if raw is None or (isinstance(raw, str) and not raw.strip()):
@@ -66,6 +71,8 @@ def parse_cap(raw: object, *, source: str = "host cap") -> int | None:
         raise errors.ConfigurationError(f"{source} must be an integer, not {raw!r}") from exc
     if value < 0:
         raise errors.ConfigurationError(f"{source} must not be negative")
+    if value > MAX_CAP:
+        raise errors.ConfigurationError(f"{source} must be at most {MAX_CAP}")
     return value or None
 
 
