@@ -74,6 +74,35 @@ def test_helm_install_runs_the_operator_under_its_service_account(realkube: Real
     assert not FORBIDDEN.search(logs), logs[-3000:]
 
 
+def test_the_default_install_grants_secrets_only_in_the_release_namespace(
+        realkube: RealCluster) -> None:
+    """Issue 27: the default (cluster-wide) install granted ``get secrets`` in every
+    namespace. Now only in the release's (``rbac.secretNamespaces``), asked of the real
+    authorizer as the operator's ServiceAccount. No operator runs (``replicas: 0``): a
+    cluster-wide one would watch the other tests' namespaces on this control plane."""
+    values = realkube.base_values()
+    values["operator"] = {**values["operator"], "watchNamespaces": [], "replicas": 0}
+    release = realkube.install(values=values, wait=False)
+    try:
+        account = (f"--as=system:serviceaccount:{realkube.namespace}:"
+                   f"{release}-jobwarden-operator")
+
+        def can(verb: str, resource: str, namespace: str) -> bool:
+            answer = realkube.kubectl.run("auth", "can-i", verb, resource, "-n", namespace,
+                                          account, check=False)
+            assert answer.stdout.strip() in ("yes", "no"), answer
+            return answer.stdout.strip() == "yes"
+
+        assert can("get", "secrets", realkube.namespace)
+        assert not can("get", "secrets", "default")
+        assert not can("get", "secrets", "kube-system")
+        # Cluster-wide, as before: what the operator watches.
+        assert can("watch", "workerpools.jobwarden.io", "default")
+    finally:
+        realkube.releases.remove(release)
+        realkube.helm("uninstall", release, "--namespace", realkube.namespace, timeout=120)
+
+
 MONITORS = ("podmonitors", "servicemonitors", "prometheusrules")
 
 
