@@ -176,6 +176,13 @@ class Profile:
             "server_cpu_ms_per_job": round(1000 * (self.server_cpu() - self.server) / jobs, 3),
             "fleet_cpu_ms_per_job": round(1000 * (self.fleet_cpu() - self.fleet) / jobs, 3),
             "profiled_seconds": round(seconds, 1)}
+        found.update(self.statements(jobs))
+        return found
+
+    def statements(self, per: float) -> dict[str, Any]:
+        """Statement calls (and their server ms) by kind since :meth:`start`, per ``per``."""
+        found: dict[str, Any] = {}
+        jobs = per
         calls: dict[str, list[float]] = {}
         others: dict[str, int] = {}
         with contextlib.suppress(psycopg.Error), \
@@ -192,9 +199,9 @@ class Profile:
                 sums[0] += n
                 sums[1] += rows
                 sums[2] += ms
-        found["statements_per_job"] = {k: round(v[0] / jobs, 3) for k, v in sorted(calls.items())}
-        found["statement_ms_per_job"] = {k: round(v[2] / jobs, 3) for k, v in sorted(calls.items())}
-        found["other_statements_per_job"] = {
+        found["statements"] = {k: round(v[0] / jobs, 3) for k, v in sorted(calls.items())}
+        found["statement_ms"] = {k: round(v[2] / jobs, 3) for k, v in sorted(calls.items())}
+        found["other_statements"] = {
             k: round(n / jobs, 3) for k, n in sorted(others.items(), key=lambda i: -i[1])[:6]}
         if calls.get("claim", [0])[0]:
             found["jobs_per_claim"] = round(calls["claim"][1] / calls["claim"][0], 2)
@@ -259,6 +266,8 @@ def idle(admin: str, name: str, size: int, *, settle: float, window: float,
     """Transactions/s and server connections per worker of an idle fleet (with a
     profile: also CPU of the server and of the fleet, per worker)."""
     time.sleep(settle)  # past start-up: registration, the pool's first connections
+    if profile:
+        profile.start()
     cpu = (profile.server_cpu(), profile.fleet_cpu()) if profile else (0.0, 0.0)
     before, started = _xacts(admin, name), time.monotonic()
     samples = []
@@ -273,7 +282,8 @@ def idle(admin: str, name: str, size: int, *, settle: float, window: float,
                 "server_cpu_ms_per_s_per_worker":
                     round(1000 * (profile.server_cpu() - cpu[0]) / spent / size, 3),
                 "fleet_cpu_ms_per_s_per_worker":
-                    round(1000 * (profile.fleet_cpu() - cpu[1]) / spent / size, 3)}
+                    round(1000 * (profile.fleet_cpu() - cpu[1]) / spent / size, 3),
+                "per_s_per_worker": profile.statements(spent * size)}
                 if profile else {})}
 
 
@@ -396,6 +406,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "in-flight)")
     parser.add_argument("--drains-only", action="store_true",
                         help="per fleet size only the latency trickle and the drains")
+    parser.add_argument("--before-drains", action="store_true",
+                        help="after each fleet size, the same size running --source: "
+                             "its trickle and drains, against the same ruler")
     parser.add_argument("--profile", action="store_true",
                         help="with each drain and trickle: transactions, statements and "
                              "server / fleet CPU per job (see Profile)")
@@ -445,6 +458,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if not args.drains_only:
                     report("in_flight", {"workers": size, **in_flight(
                         admin, name, dsn, claims=size * args.concurrency, window=20)})
+            if args.source and args.before_drains:
+                with fleet(dsn, size, concurrency=args.concurrency, tag=f"b{size}",
+                           source=args.source) as running:
+                    report("latency_before", {"workers": size, **latency(
+                        dsn, jobs=args.trickle, gap=0.25, profile=profiled(running))})
+                    for label, queues in (("one queue", QUEUES[:1]),
+                                          ("four queues", QUEUES)):
+                        found = drain(dsn, jobs=args.jobs, queues=queues,
+                                      profile=profiled(running))
+                        report("drain_before", {
+                            "workers": size, "queues": label, **found,
+                            "ratio_to_ruler": round(found["jobs_per_s"]
+                                                    / ruler["jobs_per_s"], 2)})
         for point in [p for p in args.curve.split(",") if p]:
             processes, slots = (int(x) for x in point.split("x"))
             with fleet(dsn, processes, concurrency=slots, tag=f"c{point}"):
@@ -460,9 +486,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     env = {"JOBWARDEN_DSN": bouncer.dsn, **env}
                     _clear(dsn)
                     with fleet(bouncer.dsn, args.bouncer, concurrency=args.concurrency,
-                               tag="b", env=env):
+                               tag="b", env=env) as running:
                         found = idle(admin, name, args.bouncer, settle=args.settle,
-                                     window=args.window)
+                                     window=args.window, profile=Profile(
+                                         admin, name, dsn, [p.pid for p in running.procs])
+                                     if args.profile else None)
                         found["server_connections"] = _connections(admin, name)
                         found["listen_connections"] = _connections(admin, name, "% listen")
                         report("bouncer", {"setup": label, **found, "latency": latency(
