@@ -22,6 +22,13 @@ the load average beside it:
   ``--bouncer-pool`` server connections, without and with a direct LISTEN DSN
   (``JOBWARDEN_LISTEN_DSN``): server connections, idle transactions/s, latency.
 
+``--profile`` adds, to each drain and trickle, what it cost per job (the
+database's transactions, statements by kind, CPU seconds of the server's and of
+the fleet's processes; see :class:`Profile`), and to each idle window the same
+per second per worker: does the work per job grow with the fleet (issue 31)?
+``--before-drains`` runs each size's trickle and drains again on ``--source``'s
+code, against the same ruler.
+
 The server is a private embedded PostgreSQL (``max_connections`` raised for the
 fleet, ``pg_stat_statements`` loaded) unless ``--dsn`` names one. ``--source
 DIR`` runs another checkout's ``operator/`` (e.g. main before a change) for the
