@@ -25,8 +25,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 #: The emulated Kubernetes API's fixtures (kube_api, kube_api_factory, kube_crd_paths,
 #: kubectl), registered once for every tier (docs/testing-kubernetes.md), and CI's rule
-#: that a tier which skips fails (tests/support/ci_skips.py).
-pytest_plugins = ["tests.support.kube.plugin", "tests.support.ci_skips"]
+#: that a tier which skips fails (tests/support/ci_skips.py), and the timeout alarm held off
+#: while a report is built (tests/support/timeoutguard.py).
+pytest_plugins = ["tests.support.kube.plugin", "tests.support.ci_skips",
+                  "tests.support.timeoutguard"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
