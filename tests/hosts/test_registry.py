@@ -173,3 +173,11 @@ def test_a_process_write_waits_for_a_registration_of_its_process_instead_of_dead
 
     assert len(refreshed) == 1 and refreshed[0] is not None
     assert not isinstance(refreshed[0], Exception), refreshed[0]
+
+
+def test_the_migration_a_worker_records_needing_is_the_newest_the_migrations_ship() -> None:
+    """The host record reads the migration files' names (not db/migrations: an idle
+    worker does not load it, tests/worker/test_idle_worker.py); both say the same."""
+    from jobwarden.db import hosts, migrations
+
+    assert hosts.schema_needs() == migrations.newest_known() == migrations.available()[-1].version

@@ -46,7 +46,8 @@ IDLE_THREADS = sorted([
 
 #: Modules an idle worker must not have imported: each is loaded by the first use that
 #: needs it (metrics collected, an HTTP port, a span, a SHA-256, a client call, a due
-#: or code-defined schedule, a pod run).
+#: or code-defined schedule, a pod run, a migration or release check: the host record's
+#: "needs migration N" reads the migration files' names, not the migrations module).
 NOT_IDLE_MODULES = [
     "prometheus_client", "http.server", "opentelemetry.trace", "hashlib", "_hashlib",
     "jobwarden.api.client", "jobwarden.api.asyncclient",
@@ -55,6 +56,7 @@ NOT_IDLE_MODULES = [
     "jobwarden.schedules.planning", "cronsim", "jobwarden.structs.schedules",
     "jobwarden.db.schedules", "jobwarden.db.runnerpass", "jobwarden.db.podruns",
     "jobwarden.coordination.leases", "jobwarden.structs.podruns",
+    "jobwarden.db.migrations", "tomllib", "importlib.readers", "importlib.resources.readers",
 ]
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 import uuid
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jobwarden import version
-from jobwarden.db import migrations
 from jobwarden.structs.hosts import DrainIdle, HostCount, HostState, HostStatus, ReleaseCount
 from jobwarden.version import VERSION
 
@@ -23,6 +25,24 @@ HOSTS_TOPIC = "hosts"
 #: host_status's columns, by name: HostStatus's fields in its order (checked against
 #: the statement by tests/db/test_named_rows.py).
 HOST_STATUS_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(HostStatus))
+
+#: A migration file's name, as db/migrations.py reads it: its number first.
+_MIGRATION_FILE = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+@functools.cache
+def schema_needs() -> int:
+    """The newest migration this code ships (``migrations.newest_known()``), from the
+    file names alone: every worker records it at start, and importing db/migrations
+    for it loads tomllib and importlib's resource readers and reads every migration's
+    SQL (~0.16 MiB resident in an idle worker; docs/benchmarks.md, "Idle worker RSS")."""
+    folder = Path(__file__).with_name("migrations")
+    if not folder.is_dir():  # a package not on a file system (a zip import)
+        from jobwarden.db import migrations
+
+        return migrations.newest_known()
+    return max((int(found.group(1)) for entry in folder.iterdir()
+                if (found := _MIGRATION_FILE.match(entry.name))), default=0)
 
 
 class HostsTable:
@@ -46,7 +66,7 @@ class HostsTable:
             self._db.execute("worker_insert", {
                 "worker": worker_id, "host": host, "pid": pid, "concurrency": concurrency,
                 "queues": list(queues), "version": code_version,
-                "release": VERSION, "schema_needs": migrations.newest_known(),
+                "release": VERSION, "schema_needs": schema_needs(),
             }, conn=conn)
 
     def touch(self, *, host: str, pool: str, code_version: str) -> None:
