@@ -191,7 +191,7 @@ def test_a_lease_token_that_is_not_the_claims_is_refused(client: jobwarden.Clien
 
 @pytest.mark.parametrize(("env", "args", "code", "says"), [
     ({}, (), 9, "JOBWARDEN_JOB_ID"),
-    ({"JOBWARDEN_JOB_ID": "seven"}, (), 9, "JOBWARDEN_JOB_ID must be a positive whole number"),
+    ({"JOBWARDEN_JOB_ID": "seven"}, (), 9, "JOBWARDEN_JOB_ID must be a whole number from 1 to"),
     ({"JOBWARDEN_JOB_ID": "1"}, (), 9, "JOBWARDEN_CLAIM_TOKEN"),
     ({"JOBWARDEN_JOB_ID": "1", "JOBWARDEN_CLAIM_TOKEN": "nope"}, (), 9, "a UUID"),
     ({"JOBWARDEN_JOB_ID": "1", "JOBWARDEN_CLAIM_TOKEN": str(uuid.UUID(int=1)),
