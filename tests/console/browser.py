@@ -17,12 +17,22 @@ from pathlib import Path
 
 import uvicorn
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import WebDriverWait
 
 import jobwarden
 from jobwarden.console.app import build_app
 from jobwarden.console.settings import ConsoleSettings
 from tests.support.waiting import wait_for
+
+#: How long a page load or a click's effect may take before the test fails: a bound on a
+#: hang, not a speed claim (20 s was missed in a CI run whose suite took 3.7x its usual
+#: time).
+PAGE_WAIT = 90
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
                   "--disable-background-networking", "--disable-component-update",
@@ -85,3 +95,22 @@ def chromium(profile: Path, *, flags: tuple[str, ...] = ()) -> Iterator[webdrive
         yield chrome
     finally:
         chrome.quit()
+
+
+def navigate(browser: WebDriver, by: str, value: str) -> None:
+    """Click what ``(by, value)`` finds, which loads a new page; wait for that page.
+
+    The element is looked up at the click: the live refresh may have swapped it
+    for an identical fresh one meanwhile (then the lookup is retried).
+    """
+    page = browser.find_element(By.TAG_NAME, "html")
+
+    def click(driver: WebDriver) -> bool:
+        driver.find_element(by, value).click()
+        return True
+
+    WebDriverWait(browser, PAGE_WAIT,
+                  ignored_exceptions=(StaleElementReferenceException,)).until(click)
+    WebDriverWait(browser, PAGE_WAIT).until(expected_conditions.staleness_of(page))
+    WebDriverWait(browser, PAGE_WAIT).until(
+        lambda b: b.execute_script("return document.readyState") == "complete")

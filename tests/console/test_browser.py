@@ -23,18 +23,17 @@ if browser_paths() is None:
     pytest.skip("chromium/chromedriver not installed: browser tests skipped",
                 allow_module_level=True)
 
-from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
+from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support import expected_conditions
-from selenium.webdriver.support.ui import Select, WebDriverWait
+from selenium.webdriver.support.ui import Select
 
 import jobwarden
 from jobwarden.console.settings import ConsoleSettings
 from jobwarden.db.database import Database
 from jobwarden.structs.jobs import Completion, Failure
 from jobwarden.structs.states import JobStatus
-from tests.console.browser import chromium, serve
+from tests.console.browser import PAGE_WAIT, chromium, navigate, serve
 from tests.support import testjobs
 from tests.support.waiting import wait_for
 
@@ -103,24 +102,6 @@ def seeded(client: jobwarden.Client, db: Database) -> dict[str, int]:
     return {"failed": failed, "xss": xss, "mail": mail[0]}
 
 
-def _navigate(browser: WebDriver, by: str, value: str) -> None:
-    """Click what ``(by, value)`` finds, which loads a new page; wait for that page.
-
-    The element is looked up at the click: the live refresh may have swapped it
-    for an identical fresh one meanwhile (then the lookup is retried).
-    """
-    page = browser.find_element(By.TAG_NAME, "html")
-
-    def click(driver: WebDriver) -> bool:
-        driver.find_element(by, value).click()
-        return True
-
-    WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,)).until(click)
-    WebDriverWait(browser, 20).until(expected_conditions.staleness_of(page))
-    WebDriverWait(browser, 20).until(
-        lambda b: b.execute_script("return document.readyState") == "complete")
-
-
 def _text(browser: WebDriver, element_id: str) -> str:
     """The shown text of the element with this id, read in one script call.
 
@@ -165,13 +146,13 @@ def test_filter_then_open_a_job(browser: WebDriver, console_url: str,
     browser.get(console_url + "/jobs")
     browser.find_element(By.CSS_SELECTOR, "input[name=status][value=failed]").click()
     browser.find_element(By.NAME, "queue").send_keys("billing")
-    _navigate(browser, By.ID, "apply")
+    navigate(browser, By.ID, "apply")
     statuses = browser.execute_script(
         "return Array.from(document.querySelectorAll('#jobs tbody tr[data-job] .st'))"
         ".map(e => e.textContent)")
     assert statuses == ["failed"] * 3
     _shot(browser, screenshots, "jobs-filtered")
-    _navigate(browser, By.CSS_SELECTOR, "#jobs tbody tr[data-job] a")
+    navigate(browser, By.CSS_SELECTOR, "#jobs tbody tr[data-job] a")
     assert _text(browser, "job-status") == "failed"
     assert "KeyError" in _text(browser, "attempts")
 
@@ -180,7 +161,7 @@ def test_retry_a_failed_job(browser: WebDriver, console_url: str, client: jobwar
                             seeded: dict[str, int]) -> None:
     job_id = seeded["failed"]
     browser.get(f"{console_url}/jobs/{job_id}")
-    _navigate(browser, By.XPATH, "//button[text()='Retry']")
+    navigate(browser, By.XPATH, "//button[text()='Retry']")
     assert "will run again" in browser.find_element(By.CLASS_NAME, "notice").text
     assert _text(browser, "job-status") == "pending"
     assert client.job(job_id).status is JobStatus.PENDING
@@ -189,7 +170,7 @@ def test_retry_a_failed_job(browser: WebDriver, console_url: str, client: jobwar
 def test_pause_a_queue(browser: WebDriver, console_url: str, client: jobwarden.Client,
                        seeded: dict[str, int], screenshots: Path) -> None:
     browser.get(console_url + "/queues")
-    _navigate(browser, By.XPATH, "//tr[@data-queue='mail']//button[text()='Pause']")
+    navigate(browser, By.XPATH, "//tr[@data-queue='mail']//button[text()='Pause']")
     assert "paused" in browser.execute_script(
         "return document.querySelector('tr[data-queue=mail]').textContent")
     assert {q.queue: q.paused for q in client.queues()}["mail"] is True
@@ -201,12 +182,12 @@ def test_bulk_cancel_asks_for_confirmation(browser: WebDriver, console_url: str,
                                            screenshots: Path) -> None:
     browser.get(console_url + "/jobs?queue=mail")
     Select(browser.find_element(By.ID, "bulk-action")).select_by_value("cancel")
-    _navigate(browser, By.ID, "bulk-preview")
+    navigate(browser, By.ID, "bulk-preview")
     assert browser.find_element(By.ID, "confirm-count").text.startswith("3 job(s)")
     _shot(browser, screenshots, "bulk-confirm")
     mail = jobwarden.structs.search.JobFilter(queue="mail")
     assert {j.status for j in client.search(mail)} == {JobStatus.PENDING}
-    _navigate(browser, By.ID, "confirm-yes")
+    navigate(browser, By.ID, "confirm-yes")
     assert "3 job(s) cancelled" in browser.find_element(By.CLASS_NAME, "notice").text
     assert {j.status for j in client.search(mail)} == {JobStatus.CANCELLED}
     assert client.job(seeded["xss"]).status is JobStatus.PENDING
@@ -232,7 +213,7 @@ def test_an_action_without_the_csrf_token_is_refused(browser: WebDriver, console
     browser.get(f"{console_url}/jobs/{job_id}")
     browser.execute_script(
         "document.querySelectorAll('input[name=csrf]').forEach(e => e.remove())")
-    _navigate(browser, By.XPATH, "//button[text()='Retry']")
+    navigate(browser, By.XPATH, "//button[text()='Retry']")
     assert "security token" in browser.find_element(By.ID, "error").text
     assert client.job(job_id).status is JobStatus.FAILED
 
@@ -250,7 +231,7 @@ def test_pages_update_live_without_a_reload(browser: WebDriver, console_url: str
         return str(browser.execute_script(
             "var e = document.getElementById('job-status'); return e ? e.textContent : ''"))
 
-    wait_for(lambda: shown() == "cancelled", timeout=20, message="the live status")
+    wait_for(lambda: shown() == "cancelled", timeout=PAGE_WAIT, message="the live status")
     assert browser.execute_script("return window.__sameDocument === true")
     # The vendored htmx does it (hx-get + hx-trigger="every ..."), not a hand-written script.
     assert browser.execute_script("return window.htmx ? htmx.version : null") == \

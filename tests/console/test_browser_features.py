@@ -20,18 +20,15 @@ if browser_paths() is None:
     pytest.skip("chromium/chromedriver not installed: browser tests skipped",
                 allow_module_level=True)
 
-from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
-from selenium.webdriver.support import expected_conditions
-from selenium.webdriver.support.ui import WebDriverWait
 
 import jobwarden
 from jobwarden import errors
 from jobwarden.console.settings import ConsoleSettings
 from jobwarden.db.database import Database
 from jobwarden.structs.jobs import Completion, Failure
-from tests.console.browser import chromium, serve
+from tests.console.browser import PAGE_WAIT, chromium, navigate, serve
 from tests.support import testjobs
 from tests.support.waiting import wait_for
 
@@ -79,21 +76,6 @@ def _completed(client: jobwarden.Client, db: Database) -> int:
     return job_id
 
 
-def _navigate(browser: WebDriver, by: str, value: str) -> None:
-    """Click what ``(by, value)`` finds, which loads a new page; wait for that page
-    (looked up at the click: the live refresh may have swapped the element)."""
-    page = browser.find_element(By.TAG_NAME, "html")
-
-    def click(driver: WebDriver) -> bool:
-        driver.find_element(by, value).click()
-        return True
-
-    WebDriverWait(browser, 20, ignored_exceptions=(StaleElementReferenceException,)).until(click)
-    WebDriverWait(browser, 20).until(expected_conditions.staleness_of(page))
-    WebDriverWait(browser, 20).until(
-        lambda b: b.execute_script("return document.readyState") == "complete")
-
-
 def _severe(browser: WebDriver) -> list[object]:
     return [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
 
@@ -103,14 +85,14 @@ def test_the_header_jumps_to_a_job(browser: WebDriver, console_url: str,
     job_id = _failed(client, db)
     browser.get(console_url + "/queues")
     browser.find_element(By.ID, "jump-id").send_keys(f"#{job_id}")
-    _navigate(browser, By.ID, "jump-go")
+    navigate(browser, By.ID, "jump-go")
     assert browser.current_url == f"{console_url}/jobs/{job_id}"
     assert browser.find_element(By.ID, "job-status").text == "failed"
     browser.find_element(By.ID, "jump-id").send_keys("12; DROP TABLE jobs")
-    _navigate(browser, By.ID, "jump-go")
+    navigate(browser, By.ID, "jump-go")
     assert "not a job id" in browser.find_element(By.ID, "error").text
     browser.find_element(By.ID, "jump-id").send_keys(str(job_id + 1000))
-    _navigate(browser, By.ID, "jump-go")
+    navigate(browser, By.ID, "jump-go")
     assert f"no job with id {job_id + 1000}" in browser.find_element(By.ID, "error").text
     # The 400 and the 404 themselves are logged (network); nothing else is.
     assert [e for e in _severe(browser) if e["source"] != "network"] == []  # type: ignore[index]
@@ -144,7 +126,7 @@ def test_the_overview_draws_charts_and_shows_running_jobs_live(
     later, _ = _claim(client, db, "reports", "worker-8")
     wait_for(lambda: browser.execute_script(
         f"return !!document.querySelector(\"#running tr[data-job='{later}']\")"),
-        timeout=20, message="the new running job on the overview")
+        timeout=PAGE_WAIT, message="the new running job on the overview")
     assert browser.execute_script("return window.__sameDocument === true")
     assert _severe(browser) == []  # no CSP violation, no script error
 
@@ -154,11 +136,11 @@ def test_delete_a_failed_job_through_its_confirmation(browser: WebDriver, consol
                                                       screenshots: Path) -> None:
     job_id = _failed(client, db)
     browser.get(f"{console_url}/jobs/{job_id}")
-    _navigate(browser, By.XPATH, "//button[text()='Delete…']")
+    navigate(browser, By.XPATH, "//button[text()='Delete…']")
     assert "failed" in browser.find_element(By.ID, "delete-facts").text
     browser.save_screenshot(str(screenshots / "delete-confirm.png"))
     assert client.job(job_id).job_class  # still there while asking
-    _navigate(browser, By.ID, "confirm-yes")
+    navigate(browser, By.ID, "confirm-yes")
     assert f"deleted job {job_id} (failed)" in browser.find_element(By.CLASS_NAME,
                                                                     "notice").text
     with pytest.raises(errors.JobNotFound):
@@ -170,13 +152,13 @@ def test_clear_a_lease_through_its_confirmation(browser: WebDriver, console_url:
     got = db.leases.try_acquire(name="reports:nightly", owner="job-17", ttl_seconds=600,
                                 host="worker-a")
     browser.get(console_url + "/leases")
-    _navigate(browser, By.XPATH, "//table[@id='leases']//button[text()='Clear…']")
+    navigate(browser, By.XPATH, "//table[@id='leases']//button[text()='Clear…']")
     facts = browser.find_element(By.ID, "lease-facts").text
     assert "job-17 on worker-a" in facts and str(got.token) in facts
     assert "has not lapsed" in browser.find_element(By.ID, "live-holder").text
     browser.save_screenshot(str(screenshots / "lease-clear-confirm.png"))
     assert db.leases.owner_of("reports:nightly") == "job-17"
-    _navigate(browser, By.ID, "confirm-yes")
+    navigate(browser, By.ID, "confirm-yes")
     assert "cleared lease reports:nightly slot 0" in browser.find_element(
         By.CLASS_NAME, "notice").text
     assert db.leases.owner_of("reports:nightly") is None
