@@ -66,8 +66,6 @@ class ChangeQueue:
         self._busy: set[str] = set()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        #: Batches passed (tests and the bench read it).
-        self.batches = 0
 
     def submit(self, uid: str, trigger: str) -> None:
         with self._wake:
@@ -150,7 +148,6 @@ class ChangeQueue:
         except Exception:  # never lose a writer; the batch is taken again
             logger.exception("%s: passing %d changed object(s) failed", self.name, len(taken))
         finally:
-            self.batches += 1
             self.done(taken, failed)
         return len(taken)
 
