@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from jobwarden.controller.podruns import fates
+from jobwarden.structs.podruns import POD_FAILURE_CAUSES
 
 DEADLINE = 60.0
 
@@ -168,4 +169,4 @@ def test_started_and_when() -> None:
 
 
 def test_every_cause_has_an_event_reason() -> None:
-    assert set(fates.EVENT_REASONS) == set(fates.CAUSES)
+    assert set(fates.EVENT_REASONS) == set(POD_FAILURE_CAUSES)

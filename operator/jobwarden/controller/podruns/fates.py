@@ -27,10 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from jobwarden.controller.kube.podstate import container_statuses, parse_time
-from jobwarden.structs.podruns import POD_FAILURE_CAUSES, PodFailureCause
+from jobwarden.structs.podruns import PodFailureCause
 
-#: Every cause ``fail_pod_run`` records, for zero-initialised metrics and docs.
-CAUSES: tuple[str, ...] = POD_FAILURE_CAUSES
 #: The Event reason posted for each cause (CamelCase, as Kubernetes reasons are).
 EVENT_REASONS: dict[str, str] = {
     "image_pull": "PodImagePullFailed", "unschedulable": "PodUnschedulable",
