@@ -44,6 +44,20 @@ def make_due(db: Database, name: str) -> None:
         conn.commit()
 
 
+def held_by_absent_owner(db: Database, client: Client, name: str, *, holder: str,
+                         absent_for: int) -> None:
+    """``name`` stored by SOURCE's operator, which confirmed it (grace 30 s) and then
+    stopped ``absent_for`` seconds ago; its slot came and a runner held it."""
+    store(client, name)
+    client.schedules.confirm_owner(source=SOURCE, namespaces=[""], holder=holder,
+                                   grace_seconds=30)
+    age_owner(db, seconds=absent_for)
+    make_due(db, name)
+    assert runner.enqueue_due(db).enqueued == 0
+    row = client.schedules.get(name)
+    assert row is not None and row.suspended_by == OWNER_ABSENT
+
+
 def test_a_schedule_fires_while_its_owner_confirms_and_is_held_once_it_stops(
         db: Database, client: Client) -> None:
     store(client, "app1/ping")
@@ -69,14 +83,7 @@ def test_a_schedule_fires_while_its_owner_confirms_and_is_held_once_it_stops(
 
 def test_the_returning_owner_resumes_with_catch_up_and_others_stay_held(
         db: Database, client: Client) -> None:
-    store(client, "app1/ping")
-    client.schedules.confirm_owner(source=SOURCE, namespaces=[""], holder="op-1",
-                                   grace_seconds=60)
-    age_owner(db, seconds=600)
-    make_due(db, "app1/ping")
-    runner.enqueue_due(db)
-    held = client.schedules.get("app1/ping")
-    assert held is not None and held.suspended_by == OWNER_ABSENT
+    held_by_absent_owner(db, client, "app1/ping", holder="op-1", absent_for=600)
     assert client.schedules.resume_owned("app1/ping", source=SOURCE)
     assert not client.schedules.resume_owned("app1/ping", source=SOURCE)  # nothing to lift
     client.schedules.confirm_owner(source=SOURCE, namespaces=[""], holder="op-2",
@@ -111,12 +118,7 @@ def test_only_rows_an_absent_owner_covers_are_held(db: Database, client: Client)
 
 def test_another_cluster_with_the_same_spec_adopts_a_held_row(
         db: Database, client: Client) -> None:
-    store(client, "shared/report")
-    client.schedules.confirm_owner(source=SOURCE, namespaces=[""], holder="east",
-                                   grace_seconds=30)
-    age_owner(db, seconds=31)
-    make_due(db, "shared/report")
-    runner.enqueue_due(db)
+    held_by_absent_owner(db, client, "shared/report", holder="east", absent_for=31)
     assert client.schedules.resume_owned("shared/report", source="kubernetes:west")
     row = client.schedules.get("shared/report")
     assert row is not None and not row.suspended and row.source == "kubernetes:west"
