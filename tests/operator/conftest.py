@@ -21,6 +21,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -137,3 +138,12 @@ def log_lines(operator: OperatorProcess) -> list[dict[str, object]]:
         with contextlib.suppress(ValueError):
             lines.append(json.loads(line))
     return lines
+
+
+def quiet_schedule(name: str) -> dict[str, Any]:
+    """A JobSchedule in ``default`` whose daily slot (03:00 UTC) does not fire while a
+    test runs: what it costs is its writes and passes, never its jobs."""
+    return {"apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"schedule": "0 3 * * *",
+                     "job": {"class": "tests.support.testjobs:Noop", "data": {"n": name}}}}

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobwarden.api.client import Client
-from tests.operator.conftest import OperatorProcess
+from tests.operator.conftest import OperatorProcess, quiet_schedule
 from tests.support.kube import KubeAPI
 from tests.support.waiting import wait_for
 
@@ -22,14 +22,6 @@ SCHEDULES = 40
 EXCLUSIVE = 10
 #: Passes each object is due while the test counts.
 PASSES = 5
-
-
-def schedule(name: str) -> dict[str, Any]:
-    return {"apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
-            "metadata": {"name": name, "namespace": "default"},
-            # A daily slot at 03:00 UTC: nothing fires while the test runs.
-            "spec": {"schedule": "0 3 * * *",
-                     "job": {"class": "tests.support.testjobs:Noop", "data": {"n": name}}}}
 
 
 def exclusive(name: str) -> dict[str, Any]:
@@ -68,7 +60,7 @@ def test_idle_objects_cost_no_api_call_and_no_pass_until_their_row_changes(
         start_operator: Callable[..., OperatorProcess]) -> None:
     operator = start_operator(kube_api)
     for i in range(SCHEDULES):
-        kube_api.create(schedule(f"s{i}"))
+        kube_api.create(quiet_schedule(f"s{i}"))
     for i in range(EXCLUSIVE):
         kube_api.create(exclusive(f"x{i}"))
     objects = SCHEDULES + EXCLUSIVE

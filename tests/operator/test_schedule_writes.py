@@ -15,19 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 from jobwarden.api.client import Client
-from tests.operator.conftest import OperatorProcess
+from tests.operator.conftest import OperatorProcess, quiet_schedule
 from tests.support.kube import KubeAPI
 from tests.support.waiting import wait_for
 
 SCHEDULES = 30
-
-
-def schedule(name: str) -> dict[str, Any]:
-    return {"apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
-            "metadata": {"name": name, "namespace": "default"},
-            # A daily slot at 03:00 UTC: nothing fires while the test runs.
-            "spec": {"schedule": "0 3 * * *",
-                     "job": {"class": "tests.support.testjobs:Noop", "data": {"n": name}}}}
 
 
 def writes(requests: list[Any]) -> list[str]:
@@ -39,6 +31,16 @@ def writes(requests: list[Any]) -> list[str]:
 def reconciled(operator: OperatorProcess, result: str) -> float:
     return operator.metric("jobwarden_operator_reconciles_total", kind="JobSchedule",
                            result=result) or 0.0
+
+
+def skipped(operator: OperatorProcess) -> float:
+    return operator.metric("jobwarden_operator_passes_skipped_total", kind="JobSchedule") or 0.0
+
+
+def wait_skipped_once_more(operator: OperatorProcess, message: str) -> None:
+    """Until the resync loop has skipped every object once more (its digest held)."""
+    settled = skipped(operator)
+    wait_for(lambda: skipped(operator) >= settled + SCHEDULES, timeout=60, message=message)
 
 
 def every_status_written(kube_api: KubeAPI) -> bool:
@@ -53,7 +55,7 @@ def test_new_schedules_cost_one_status_write_each_and_a_restart_writes_nothing(
     operator = start_operator(kube_api)
     seen = len(kube_api.requests)
     for i in range(SCHEDULES):
-        kube_api.create(schedule(f"s{i}"))
+        kube_api.create(quiet_schedule(f"s{i}"))
     wait_for(lambda: every_status_written(kube_api), timeout=90,
              message="every JobSchedule's status")
     wait_for(lambda: len(client.schedules.list()) == SCHEDULES, timeout=30,
@@ -61,11 +63,7 @@ def test_new_schedules_cost_one_status_write_each_and_a_restart_writes_nothing(
     wait_for(lambda: len(kube_api.events("default")) >= SCHEDULES, timeout=30,
              message="a Created Event per schedule")
     # Settled: every object skipped by the resync loop once since (its digest held).
-    settled = operator.metric("jobwarden_operator_passes_skipped_total",
-                              kind="JobSchedule") or 0.0
-    wait_for(lambda: (operator.metric("jobwarden_operator_passes_skipped_total",
-                                      kind="JobSchedule") or 0.0) >= settled + SCHEDULES,
-             timeout=60, message="the resync loop skipping the settled objects")
+    wait_skipped_once_more(operator, "the resync loop skipping the settled objects")
 
     made = writes(kube_api.requests[seen:])
     annotated = [w for w in made if w.startswith("PATCH ") and "/jobschedules/" in w
@@ -87,11 +85,7 @@ def test_new_schedules_cost_one_status_write_each_and_a_restart_writes_nothing(
     operator = start_operator(kube_api)
     wait_for(lambda: reconciled(operator, "unchanged") >= SCHEDULES, timeout=90,
              message="a pass of every object after the restart")
-    settled = operator.metric("jobwarden_operator_passes_skipped_total",
-                              kind="JobSchedule") or 0.0
-    wait_for(lambda: (operator.metric("jobwarden_operator_passes_skipped_total",
-                                      kind="JobSchedule") or 0.0) >= settled + SCHEDULES,
-             timeout=60, message="the resync loop skipping the resumed objects")
+    wait_skipped_once_more(operator, "the resync loop skipping the resumed objects")
     assert reconciled(operator, "unchanged") == SCHEDULES  # one pass each
     assert [w for w in writes(kube_api.requests[seen:])
             if "/jobschedules" in w or w.endswith("/events")] == []
