@@ -553,9 +553,6 @@ class Listener:
             return None
         return conn
 
-    def owns(self, conn: Connection) -> bool:
-        return conn is self._conn
-
     def returned(self, conn: Connection) -> None:
         """A borrower is done: the server answered (no silence check needed), and a
         NOTIFY psycopg read during the call is waiting (wake ``wait`` to read it)."""

@@ -67,8 +67,6 @@ class Lender(Protocol):
 
     def lend(self, timeout: float = 0.0) -> Connection | None: ...
 
-    def owns(self, conn: Connection) -> bool: ...
-
     def returned(self, conn: Connection) -> None: ...
 
 
@@ -415,8 +413,11 @@ class Pool:
         open) is parked; anything else goes back to the psycopg pool, which resets
         or replaces it. :meth:`unpark` hands it back (closing the pool does).
         """
-        lender = self.lender
-        if lender is not None and lender.owns(conn):
+        lender: Lender | None = getattr(conn, "_jobwarden_lent_by", None)
+        if lender is not None:
+            # Back to its lender even when that stopped lending while the call ran (it
+            # closed or reconnected under the borrower): a lent connection is never
+            # the psycopg pool's, and the lender uses it again only once returned.
             lender.returned(conn)
             return
         self._used_at = time.monotonic()
@@ -444,6 +445,7 @@ class Pool:
                 or not getattr(self.pool, "_pool", None)
             lent = lender.lend(LEND_WAIT_SECONDS if at_rest and not self._parked else 0.0)
             if lent is not None:
+                lent._jobwarden_lent_by = lender  # type: ignore[attr-defined]
                 return lent
         if self._parked:
             with self._parked_lock:

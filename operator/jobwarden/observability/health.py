@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -78,8 +79,21 @@ class HealthServer:
 
             do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = _dispatch
 
-        self._server = http.server.ThreadingHTTPServer((host, port), _Handler)
-        self._server.daemon_threads = True
+        class _Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # The standard library prints a traceback to stderr. A client that went
+                # away (a probe past its timeoutSeconds, a scrape cut short) is its own
+                # business: one DEBUG line. Anything else is ours: an ERROR, in the log.
+                error = sys.exc_info()[1]
+                if isinstance(error, ConnectionError):
+                    logger.debug("%s went away before its answer: %r",
+                                 client_address[0], error)
+                else:
+                    logger.exception("a request from %s failed", client_address[0])
+
+        self._server = _Server((host, port), _Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="jobwarden-http", daemon=True)
