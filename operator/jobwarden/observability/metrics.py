@@ -541,21 +541,17 @@ def prime_pod_runs(kind: str, resource: str | None = None) -> None:
 SCHEDULE_SLOT_COUNTERS = (SCHEDULE_SLOTS_ENQUEUED, SCHEDULE_SLOTS_MISSED, SCHEDULE_SLOTS_SKIPPED)
 
 
-def _remove(family: Counter | Gauge | Histogram, *labels: str) -> None:
-    family.remove(*labels)
-
-
 def forget_resource(kind: str, namespace: str, name: str) -> None:
     """Remove every series of one deleted resource and let it be primed again if it
     comes back (a resource of the same name re-created)."""
     resource = f"{namespace}/{name}"
-    _remove(RESOURCE_READY, kind, resource)
-    _remove(POD_RUNS, kind, resource)
+    RESOURCE_READY.remove(kind, resource)
+    POD_RUNS.remove(kind, resource)
     with _primed_lock:
         _primed.discard(("pod-run", kind, resource))
     if kind == "WorkerPool":
         for family in (POOL_DRAIN_TIMEOUT, ROLLOUT_REAPED, ROLLOUT_DURATION):
-            _remove(family, name)
+            family.remove(name)
         with _primed_lock:
             _primed.discard(("pool", name))
     elif kind == "JobSchedule":
@@ -565,7 +561,7 @@ def forget_resource(kind: str, namespace: str, name: str) -> None:
 def forget_schedule(name: str) -> None:
     """A schedule row is gone: its slot counters go from this process's scrape."""
     for counter in SCHEDULE_SLOT_COUNTERS:
-        _remove(counter, name)
+        counter.remove(name)
     with _primed_lock:
         _primed.discard(("schedule", name))
 
