@@ -17,7 +17,6 @@ import contextlib
 import selectors
 import socket
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 from psycopg import conninfo
@@ -167,12 +166,3 @@ class SilentRelay:
             with contextlib.suppress(KeyError, ValueError):
                 self._selector.unregister(sock)
             sock.close()
-
-
-@contextlib.contextmanager
-def silent_relay(dsn: str, **options: str) -> Iterator[SilentRelay]:
-    relay = SilentRelay(dsn, **options)
-    try:
-        yield relay
-    finally:
-        relay.close()
