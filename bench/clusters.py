@@ -47,7 +47,6 @@ from typing import Any
 import psycopg
 
 from bench.cronjob import bench_database
-from bench.cronjobplane import available
 from jobwarden.api.client import Client
 from jobwarden.db.database import Database
 from tests.cluster import tools
@@ -242,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 2 <= args.clusters <= 5 or args.rest <= 0 or args.slots < 1:
         parser.error("--clusters must be 2-5, --rest more than 0, --slots at least 1")
-    why = available()
+    why = tools.plane_unavailable()
     if why is not None:
         print(f"bench.clusters: {why}", file=sys.stderr)
         return 3

@@ -210,8 +210,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             result = startup(dsn, args.runs, args.compare_tree)
     else:
         from bench import cronjobplane
+        from tests.cluster import tools
 
-        code = cronjobplane.available()
+        code = tools.plane_unavailable()
         if code is not None:
             print(f"bench.cronjob: {code}", file=sys.stderr)
             return 3

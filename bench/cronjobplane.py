@@ -16,7 +16,7 @@ import psycopg
 from bench.cronjob import figures
 from jobwarden.api.client import Client
 from jobwarden.db.database import Database
-from tests.cluster import pki, tools
+from tests.cluster import tools
 from tests.cluster.conftest import RealCluster, open_cluster, started_plane
 from tests.e2e import podrunscenarios as scenarios
 
@@ -28,17 +28,6 @@ CRON = "* * * * *"
 CONTROLLERS = ("cronjob-controller", "job-controller")
 #: Killed this long before a slot (its boundary).
 BEFORE_SLOT = 1.0
-
-
-def available() -> str | None:
-    """Why the plane cannot run here (None: it can)."""
-    try:
-        tools.kube_tools()
-    except tools.ToolsUnavailable as exc:
-        return str(exc)
-    if not pki.available():
-        return "no openssl to make the control plane's certificates"
-    return None
 
 
 def job_schedule(namespace: str) -> dict[str, Any]:

@@ -63,7 +63,7 @@ from typing import Any
 import psycopg
 import yaml
 
-from tests.cluster import pki, tools
+from tests.cluster import tools
 from tests.cluster.api import ApiError, RealKubeAPI
 from tests.cluster.conftest import started_plane
 from tests.cluster.controlplane import ControlPlane, free_port
@@ -569,13 +569,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
     if not sizes or min(sizes) < 1 or args.namespaces < 1:
         parser.error("--sizes and --namespaces must be positive")
-    try:
-        tools.kube_tools()
-    except tools.ToolsUnavailable as exc:
-        print(f"bench.operator_scale: {exc}", file=sys.stderr)
-        return 3
-    if not pki.available():
-        print("bench.operator_scale: no openssl to make the certificates", file=sys.stderr)
+    why = tools.plane_unavailable()
+    if why is not None:
+        print(f"bench.operator_scale: {why}", file=sys.stderr)
         return 3
     codes = args.pythonpath or [REPO / "operator"]
     OperatorProcess.extra_env = dict(item.split("=", 1) for item in args.operator_env)

@@ -44,7 +44,7 @@ import psycopg
 from jobwarden.api.client import Client
 from jobwarden.controller.podruns import pods as runpods
 from jobwarden.db.database import Database
-from tests.cluster import pki, tools
+from tests.cluster import tools
 from tests.cluster.conftest import open_cluster, started_plane
 from tests.e2e import podrunscenarios as scenarios
 from tests.support import testjobs
@@ -234,14 +234,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.runs < 2:
         parser.error("--runs must be at least 2")
-    try:
-        tools.kube_tools()
-    except tools.ToolsUnavailable as exc:
-        print(f"bench.podstart: {exc}", file=sys.stderr)
-        return 3
-    if not pki.available():
-        print("bench.podstart: no openssl to make the control plane's certificates",
-              file=sys.stderr)
+    why = tools.plane_unavailable()
+    if why is not None:
+        print(f"bench.podstart: {why}", file=sys.stderr)
         return 3
     load_before = os.getloadavg()
     started = time.monotonic()

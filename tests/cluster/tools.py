@@ -13,6 +13,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from tests.cluster import pki
+
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build-kube-tools"
 #: build-kube-tools' exit code when there is no Go toolchain.
@@ -35,6 +37,17 @@ def kube_tools() -> Path:
     if result.returncode != 0:
         raise RuntimeError(f"scripts/build-kube-tools failed:\n{result.stderr[-4000:]}")
     return Path(result.stdout.strip().splitlines()[-1])
+
+
+def plane_unavailable() -> str | None:
+    """Why a control plane cannot run here (no kube tools, no openssl); None: it can."""
+    try:
+        kube_tools()
+    except ToolsUnavailable as exc:
+        return str(exc)
+    if not pki.available():
+        return "no openssl to make the control plane's certificates"
+    return None
 
 
 class CommandError(RuntimeError):
