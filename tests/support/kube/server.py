@@ -27,6 +27,8 @@ import aiohttp.web
 import kmock
 import yaml
 
+from tests.support.waiting import TIMEOUT_SECONDS
+
 from . import crds, patching
 from .emulator import KubeEmulator
 
@@ -252,7 +254,7 @@ class KubeAPI:
         ]
 
     def wait(
-        self, probe: Callable[[], T], *, timeout: float = 10.0, what: str = "a condition"
+        self, probe: Callable[[], T], *, timeout: float = TIMEOUT_SECONDS, what: str = "a condition"
     ) -> T:
         """Return ``probe()`` once truthy; re-check after every change, fail at the deadline."""
         deadline = time.monotonic() + timeout
@@ -279,7 +281,7 @@ class KubeAPI:
         namespace: str | None = "default",
         *,
         condition: Callable[[dict[str, Any]], bool] = lambda _: True,
-        timeout: float = 10.0,
+        timeout: float = TIMEOUT_SECONDS,
     ) -> dict[str, Any]:
         """The object once it exists and satisfies ``condition``."""
 
@@ -295,7 +297,7 @@ class KubeAPI:
         name: str,
         namespace: str | None = "default",
         *,
-        timeout: float = 10.0,
+        timeout: float = TIMEOUT_SECONDS,
     ) -> None:
         self.wait(
             lambda: self.get(resource, name, namespace) is None,
