@@ -140,6 +140,14 @@ def log_lines(operator: OperatorProcess) -> list[dict[str, object]]:
     return lines
 
 
+def condition(obj: dict[str, Any] | None, kind: str) -> dict[str, Any]:
+    """The object's status condition of type ``kind`` ({} when it has none)."""
+    for item in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if item["type"] == kind:
+            return dict(item)
+    return {}
+
+
 def quiet_schedule(name: str) -> dict[str, Any]:
     """A JobSchedule in ``default`` whose daily slot (03:00 UTC) does not fire while a
     test runs: what it costs is its writes and passes, never its jobs."""

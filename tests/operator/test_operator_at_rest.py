@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobwarden.api.client import Client
-from tests.operator.conftest import OperatorProcess, quiet_schedule
+from tests.operator.conftest import OperatorProcess, condition, quiet_schedule
 from tests.support.kube import KubeAPI
 from tests.support.waiting import wait_for
 
@@ -99,7 +99,4 @@ def test_idle_objects_cost_no_api_call_and_no_pass_until_their_row_changes(
 
 
 def suspended(obj: dict[str, Any]) -> str | None:
-    for item in (obj.get("status") or {}).get("conditions") or []:
-        if item.get("type") == "Suspended":
-            return str(item.get("status"))
-    return None
+    return condition(obj, "Suspended").get("status")

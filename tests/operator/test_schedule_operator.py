@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobwarden.api.client import Client
-from tests.operator.conftest import OperatorProcess, log_lines
+from tests.operator.conftest import OperatorProcess, condition, log_lines
 from tests.support.kube import KubeAPI, Kubectl
 from tests.support.waiting import wait_for
 
@@ -25,13 +25,6 @@ spec:
 #: The per-run Events (controller/jobschedules/runevents.py), between the lifecycle ones.
 RUN_REASONS = ("SuccessfulCreate", "SawCompletedJob", "JobFailed", "JobCancelled",
                "JobAlreadyActive", "MissSchedule")
-
-
-def condition(obj: dict[str, Any], kind: str) -> dict[str, Any]:
-    for item in obj.get("status", {}).get("conditions", []):
-        if item["type"] == kind:
-            return dict(item)
-    return {}
 
 
 def slot_jobs(client: Client, name: str) -> list[Any]:

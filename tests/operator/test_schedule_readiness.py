@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobwarden.api.client import Client
-from tests.operator.conftest import OperatorProcess
+from tests.operator.conftest import OperatorProcess, condition
 from tests.support.kube import KubeAPI, Kubectl
 from tests.support.waiting import wait_for
 
@@ -44,10 +44,7 @@ spec:
 
 
 def ready(obj: dict[str, Any] | None) -> dict[str, Any]:
-    for item in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if item["type"] == "Ready":
-            return dict(item)
-    return {}
+    return condition(obj, "Ready")
 
 
 def test_a_schedule_whose_class_does_not_import_is_not_ready(
