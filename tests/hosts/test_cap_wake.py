@@ -14,7 +14,7 @@ from collections.abc import Callable
 import jobwarden
 from jobwarden.worker.claiming import Round
 from jobwarden.worker.worker import Worker
-from tests.support.waiting import wait_for
+from tests.support.waiting import TIMEOUT_SECONDS, wait_for
 
 HOUR = 3600.0
 #: One event per job name: the test lets a job finish by setting it.
@@ -76,7 +76,7 @@ def test_a_freed_slot_is_claimed_again_by_the_same_process_without_a_poll(
         client: jobwarden.Client, start_worker: Callable[..., Worker]) -> None:
     _gated("one", "two")
     worker = start_worker(host="capped", host_cap=1, concurrency=2, poll_interval=HOUR)
-    assert worker.listening.wait(10)
+    assert worker.listening.wait(TIMEOUT_SECONDS)
     waits = _count_waits(worker)
     before = waits.waits
     # One NOTIFY: the loop claims "one" (the cap allows one), claims again at once
@@ -98,7 +98,7 @@ def test_a_freed_slot_wakes_a_sibling_process_of_the_host_without_a_poll(
                           queues=("a",))
     sibling = start_worker(host="capped", host_cap=1, concurrency=1, poll_interval=HOUR,
                            queues=("b",))
-    assert holder.listening.wait(10) and sibling.listening.wait(10)
+    assert holder.listening.wait(TIMEOUT_SECONDS) and sibling.listening.wait(TIMEOUT_SECONDS)
     client.enqueue(Gated, {"name": "first"}, queue="a")
     assert _started["first"].wait(30)
     waits = _count_waits(sibling)

@@ -23,7 +23,7 @@ from psycopg import conninfo
 import jobwarden
 from jobwarden.worker.worker import Worker
 from tests.support import testjobs
-from tests.support.waiting import wait_for
+from tests.support.waiting import TIMEOUT_SECONDS, wait_for
 
 Spawn = Callable[..., object]
 
@@ -116,7 +116,7 @@ def test_a_delayed_job_is_claimed_when_due_by_a_worker_polling_hourly(
     asked when the next job comes due, so the fetch loop sleeps until then. With
     polls an hour apart, nothing else could claim it within the test's wait."""
     worker = start_worker(poll_interval=3600, idle_interval=3600)
-    assert worker.listening.wait(10), "the worker never verified its LISTEN connection"
+    assert worker.listening.wait(TIMEOUT_SECONDS), "the worker never verified its LISTEN connection"
     wait_for(lambda: worker.claimer.empty_rounds >= 1, message="the start-up claim")
     job_id = client.enqueue(testjobs.Record, {"n": 1}, delay=2).id
     wait_for(lambda: client.job(job_id).status is jobwarden.JobStatus.COMPLETED, timeout=60,
@@ -126,7 +126,7 @@ def test_a_delayed_job_is_claimed_when_due_by_a_worker_polling_hourly(
 def test_idle_polls_back_off_only_while_listen_is_verified(
         start_worker: Callable[..., Worker]) -> None:
     worker = start_worker(poll_interval=0.05, idle_interval=0.8)
-    assert worker.listening.wait(10)
+    assert worker.listening.wait(TIMEOUT_SECONDS)
     # Doubling per empty round up to the idle pace.
     wait_for(lambda: worker.claimer.idle_wait() == pytest.approx(0.8),
              message="the polls backed off to the idle pace")

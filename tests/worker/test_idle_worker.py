@@ -21,7 +21,7 @@ import jobwarden
 from jobwarden.worker.worker import Worker
 from tests.conftest import audit_rows
 from tests.support import testjobs
-from tests.support.waiting import wait_for
+from tests.support.waiting import TIMEOUT_SECONDS, wait_for
 
 #: Every thread of an idle, connected, listening worker process (no HTTP port, plain
 #: ``def`` jobs): the main thread, psycopg_pool's scheduler and its three workers, and
@@ -96,7 +96,7 @@ def test_an_idle_worker_process_holds_ten_threads_and_no_module_only_use_needs(
 def test_slot_threads_start_with_work_and_a_burst_runs_on_every_slot(
         client: jobwarden.Client, start_worker: Callable[..., Worker], dsn: str) -> None:
     worker = start_worker(concurrency=3)
-    assert worker.listening.wait(10)
+    assert worker.listening.wait(TIMEOUT_SECONDS)
     assert worker.slots.started == 0
 
     def started() -> list[str]:

@@ -19,7 +19,7 @@ from jobwarden.structs.states import JobStatus
 from jobwarden.worker.worker import Worker
 from tests.conftest import audit_rows
 from tests.support import testjobs
-from tests.support.waiting import wait_for
+from tests.support.waiting import TIMEOUT_SECONDS, wait_for
 
 
 def _finished(client: jobwarden.Client, job_id: int, timeout: float = 15) -> jobwarden.JobStatus:
@@ -172,7 +172,7 @@ def test_an_idle_worker_starts_a_new_job_on_notify_not_on_its_poll(
         client: jobwarden.Client, start_worker: Callable[..., Worker]) -> None:
     worker = start_worker(poll_interval=30)
     wait_for(lambda: worker.readiness()[0], message="worker ready")
-    assert worker.listening.wait(10), "the worker never started listening"
+    assert worker.listening.wait(TIMEOUT_SECONDS), "the worker never started listening"
     started = time.monotonic()
     job_id = client.enqueue(testjobs.Record).id
     assert _finished(client, job_id, timeout=5) is JobStatus.COMPLETED
@@ -206,7 +206,7 @@ def test_a_notified_job_is_claimed_by_the_listen_thread_itself(
     """No hand-off to the fetch thread between hearing of a job and claiming it
     (issue 16: each hand-off is a scheduler wake-up on the enqueue-to-start path)."""
     worker = start_worker(poll_interval=3600)
-    assert worker.listening.wait(10), "the worker never started listening"
+    assert worker.listening.wait(TIMEOUT_SECONDS), "the worker never started listening"
     claimed_on: dict[int, str] = {}
     claim, claim_idle = worker.db.jobs.claim, worker.db.jobs.claim_idle
 
