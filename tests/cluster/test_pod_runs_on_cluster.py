@@ -44,6 +44,8 @@ def test_the_documented_pod_run_schedule_runs_its_job_in_a_pod_of_its_own(
     example["spec"]["job"] = {"class": "tests.support.testjobs:Record", "data": {"n": 1}}
     pod = example["spec"]["podTemplate"]["spec"]
     pod.pop("nodeSelector", None)  # the process kubelet's node has no such label
+    # A label the operator also sets on pods it makes: the template's wins (issue 27).
+    example["spec"]["podTemplate"]["metadata"]["labels"]["app.kubernetes.io/name"] = "export"
     realkube.api.create(secret(example["spec"]["dsnSecretRef"]["name"], namespace, realkube.dsn))
     realkube.api.create({"apiVersion": "v1", "kind": "ServiceAccount",
                          "metadata": {"name": pod["serviceAccountName"],
@@ -61,7 +63,9 @@ def test_the_documented_pod_run_schedule_runs_its_job_in_a_pod_of_its_own(
     (run_pod,) = [p for p in pods
                   if p["metadata"]["labels"][runpods.JOB_ID_LABEL] == str(job.id)]
     assert job.claimed_by == run_pod["metadata"]["name"] == f"{name}-j{job.id}-1"
-    assert run_pod["metadata"]["labels"]["team"] == "billing"
+    labels = run_pod["metadata"]["labels"]
+    assert (labels["team"], labels["app.kubernetes.io/name"]) == ("billing", "export")
+    assert labels["app.kubernetes.io/instance"] == labels[runpods.OWNER_LABEL] == name
     assert run_pod["spec"]["serviceAccountName"] == pod["serviceAccountName"]
     assert run_pod["spec"]["automountServiceAccountToken"] is False
     assert run_pod["spec"]["restartPolicy"] == "Never"

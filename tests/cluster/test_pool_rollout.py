@@ -10,6 +10,7 @@ unregistered) and idle, and must have exited on SIGTERM without a SIGKILL.
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
 import psycopg
@@ -85,6 +86,15 @@ def test_an_image_change_under_load_drains_every_old_pod_and_deletion_cleans_up(
                       and not (old & pod_names(realkube)), timeout=180,
                       what="the rollout to complete")
     assert not load.errors
+    # One Event each for the rollout (issue 27: RolloutStarted was posted twice).
+    def told() -> collections.Counter[str]:
+        counted: collections.Counter[str] = collections.Counter()
+        for event in realkube.api.events(realkube.namespace, involved="workers"):
+            counted[str(event.get("reason"))] += int(event.get("count") or 1)
+        return counted
+
+    realkube.wait(lambda: told()["RolloutComplete"], timeout=30, what="RolloutComplete")
+    assert (told()["RolloutStarted"], told()["RolloutComplete"]) == (1, 1), told()
     assert_drained_before_deleted(realkube, old)
     ids = load.all_ids()
     realkube.wait(lambda: statuses(realkube.dsn, ids).get("completed", 0) == len(ids),
