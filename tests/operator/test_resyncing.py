@@ -1,5 +1,6 @@
 """The resync loop: a pass per due object, status sent only on a change, 404 = deletion;
-with a fingerprinter, no pass (and no query of its own) for an object whose digest held."""
+with a fingerprinter, no pass (and no query of its own) for an object whose digest held;
+the one status writer (kopf's change handlers too), which tells a transition once."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ from typing import Any
 
 import kopf
 
-from jobwarden.controller import resyncing
+from jobwarden.controller import handlers, resyncing
 from jobwarden.controller.config import OperatorConfig
+from jobwarden.controller.kube import events
+from jobwarden.controller.kube import status as st
 from jobwarden.controller.kube.kinds import Kind, Mark
 
 
@@ -20,6 +23,8 @@ class FakeObjects:
     def __init__(self, existing: dict[str, dict[str, Any]]) -> None:
         self.existing = existing
         self.calls: list[tuple[str, str]] = []
+        #: Status writes still to fail (a timeout, a refusal).
+        self.refuse = 0
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         self.calls.append(("get", name))
@@ -32,6 +37,9 @@ class FakeObjects:
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]
                      ) -> dict[str, Any] | None:
         self.calls.append(("patch", name))
+        if self.refuse:
+            self.refuse -= 1
+            raise TimeoutError("the API server did not answer")
         found = self.existing.get(name)
         if found is None:
             return None
@@ -90,6 +98,71 @@ def test_a_changed_status_is_sent_once_and_an_unchanged_one_not_at_all():
     assert reconciler.passes == ["resync", "resync"]
     assert objects.calls == [("patch", "a")]
     assert kind.cache.get("uid-a")["status"] == {"phase": "Ready"}
+
+
+class RollingOut:
+    """A pass that finds a rollout to start: ``phase: Rolling`` and its Event when the
+    status it read does not say so yet, and a count that moves every pass (as a
+    pool's ready pods do), so that every pass writes."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+
+    def reconcile(self, *, body: kopf.Body, patch: kopf.Patch, trigger: str) -> str:
+        self.passes += 1
+        patch.status["passes"] = self.passes
+        if (body.get("status") or {}).get("phase") != "Rolling":
+            patch.status["phase"] = "Rolling"
+            events.post_with_status(body, [st.Event(type="Normal", reason="RolloutStarted",
+                                                    message="rolling out")])
+        return "ok"
+
+
+def told(monkeypatch: Any) -> list[str]:
+    """The reasons of the Events posted (kopf's poster, which needs its running loop)."""
+    posted: list[str] = []
+    monkeypatch.setattr(kopf, "event", lambda body, **event: posted.append(event["reason"]))
+    return posted
+
+
+def test_a_transition_is_told_only_by_the_pass_whose_status_write_succeeded(monkeypatch):
+    posted = told(monkeypatch)
+    objects = FakeObjects({"a": obj("a")})
+    reconciler = RollingOut()
+    loop, kind = resync_of(reconciler, Deleter(), objects)  # type: ignore[arg-type]
+    kind.cache.put(obj("a"))
+    objects.refuse = 1
+    assert not loop.reconcile(kind, "uid-a", trigger="resync")
+    assert posted == []  # decided, but not recorded: not told
+    assert loop.reconcile(kind, "uid-a", trigger="resync")
+    assert loop.reconcile(kind, "uid-a", trigger="resync")
+    assert posted == ["RolloutStarted"]
+    assert objects.existing["a"]["status"] == {"phase": "Rolling", "passes": 3}
+
+
+def test_a_transition_seen_by_kopfs_handler_and_then_the_loop_is_told_once(monkeypatch):
+    """kopf's change handler and the loop pass one object in turn. Both write through
+    one writer, so the loop's pass reads the status the handler's pass wrote, even when
+    the loop writes before the watch shows that (issue 27: ``RolloutStarted`` x2)."""
+    posted = told(monkeypatch)
+    objects = FakeObjects({"a": obj("a")})
+    reconciler = RollingOut()
+    runtime: Any = types.SimpleNamespace(
+        kinds=[], kube=None, kopf_context=None, indexed=threading.Event(), paused=False,
+        failed=lambda kind: None, config=OperatorConfig())
+    registry = kopf.OperatorRegistry()
+    kind = handlers.register(registry, runtime, kind="WorkerPool",
+                             resource=("jobwarden.io", "v1alpha1", "workerpools"),
+                             reconciler=reconciler, interval=0.0)
+    loop = resyncing.Resync(runtime)
+    loop.objects[kind.name] = objects  # type: ignore[assignment]
+    (on_update,) = [h.fn for h in registry._changing.get_all_handlers()
+                    if "update" in str(h.reason)]
+    kind.cache.put(obj("a"))  # kopf's indexing step, before its handlers
+    on_update(body=kopf.Body(obj("a")), patch=kopf.Patch(), reason="update")
+    loop.reconcile(kind, "uid-a", trigger="nudge")  # the new pods nudged the loop
+    loop.reconcile(kind, "uid-a", trigger="resync")
+    assert posted == ["RolloutStarted"]
 
 
 def test_a_404_on_the_status_write_is_a_deletion_the_watch_missed():

@@ -8,7 +8,8 @@ instant as the chart's WorkerPool) and on namespace deletion (the operator's
 ServiceAccount, whose token the operator authenticates with, goes with the
 namespace) every such object hung in Terminating. So:
 
-* create/update/resume run the reconciler through kopf (no finalizer needed),
+* create/update/resume run a pass at once from kopf (no finalizer needed), with
+  the status written by the resync loop's writer (``Kind.run_pass``),
   except for a ``queued`` kind (JobSchedule): its watch events queue the changed
   objects for the operator's change queue (controller/changes.py says why);
 * every watched object is kept in the kind's cache (kopf's indexing step feeds
@@ -38,7 +39,7 @@ from __future__ import annotations
 import contextvars
 import logging
 from collections.abc import Callable, Hashable, Mapping
-from typing import Any, cast
+from typing import Any
 
 import kopf
 
@@ -48,7 +49,6 @@ from jobwarden.controller.kube.kinds import (
     Deleter,
     Fingerprinter,
     Kind,
-    Mark,
     Reconciler,
     Sweeper,
     change_of,
@@ -85,29 +85,20 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime, *, kind: str,
                    interval=runtime.config.status_interval if interval is None else interval)
     runtime.kinds.append(watched)
 
-    def on_change(body: kopf.Body, patch: kopf.Patch, reason: str, **_: Any) -> None:
+    def on_change(body: kopf.Body, reason: str, **_: Any) -> None:
         uid = str((body.get("metadata") or {}).get("uid"))
-        with watched.lock(body):
-            # The newer of kopf's body and the cache's: a resync pass may have written
-            # the status since kopf's event (its answer is cached), and a pass from the
-            # older status would report the same transitions again.
-            cached = watched.cache.get(uid)
-            if cached is not None and newer(cached, body):
-                merged = dict(body)
-                merged["status"] = cached.get("status") or {}
-                body = kopf.Body(cast(kopf.RawBody, merged))
-            # The digest before the pass reads anything: a change after it shows in the
-            # resync loop's next digest, and the object is passed again then.
-            digest = digest_of(fingerprinter, body) if fingerprinter is not None else None
-            counted(runtime, kind, reconciler.reconcile, body=body, patch=patch,
-                    trigger=str(reason))
-            if fingerprinter is not None:
-                mark = watched.marks.get(uid)
-                watched.marks[uid] = Mark(digest=digest,
-                                          hot_until=mark.hot_until if mark else 0.0)
-            # kopf sends the patch after this returns; the resync loop must already
-            # read the status it will hold (no second Event for one transition).
-            watched.cache.amend_status(uid, patch.get("status"))
+        # The digest before the pass reads anything: a change after it shows in the
+        # resync loop's next digest, and the object is passed again then.
+        digest = digest_of(fingerprinter, body) if fingerprinter is not None else None
+        # The pass runs as every resync pass does (the newest cached body, under the
+        # object's lock) and writes the status itself rather than through kopf's patch:
+        # one writer, whose answer is cached before the next pass reads it, and which
+        # posts a transition's Event only once the status recording it is written
+        # (kube/events.py; issue 27: two writers told one transition twice).
+        watched.cache.put(dict(body))  # a newer body or the status written since wins
+        if not watched.run_pass(uid, trigger=str(reason), digest=digest):
+            raise kopf.TemporaryError(f"{kind} not reconciled (the log says why)",
+                                      delay=backoff)
 
     if not queued:
         for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
@@ -197,12 +188,6 @@ def digest_of(fingerprinter: Fingerprinter, body: kopf.Body) -> Hashable | None:
     except Exception as exc:
         logger.debug("no digest of %s: %s", uid, exc)
         return UNSEEN
-
-
-def newer(cached: dict[str, Any], body: Any) -> bool:
-    """Is the cached body of a later resourceVersion than kopf's ``body``?"""
-    ours, theirs = caching.version_of(cached), caching.version_of(body)
-    return ours is not None and theirs is not None and ours > theirs
 
 
 def seen(runtime: Runtime) -> None:

@@ -39,6 +39,7 @@ not kept up to date, and the active replica does the work).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -49,6 +50,7 @@ import kopf
 
 from jobwarden.controller import handlers, heap
 from jobwarden.controller.changes import ChangeQueue
+from jobwarden.controller.kube import events
 from jobwarden.controller.kube.client import CustomObjects
 from jobwarden.controller.kube.kinds import UNSEEN, Kind, Mark
 from jobwarden.controller.runtime import Runtime
@@ -101,6 +103,7 @@ class Resync:
         self.progress = Progress("resync")
         for kind in self.kinds:
             kind.nudge = self._nudger(kind)
+            kind.run_pass = functools.partial(self.reconcile, kind, by_resync=False)
         #: By kind: the change queue of a queued kind (changes.py).
         self.queues: dict[str, ChangeQueue] = {}
         for kind in self.kinds:
@@ -287,10 +290,12 @@ class Resync:
 
     def reconcile(self, kind: Kind, uid: str, *, trigger: str, digest: Hashable | None = None,
                   now: float | None = None, by_resync: bool = True) -> bool:
-        """One pass of one cached object, its status patch sent, the answer cached;
+        """One pass of one cached object, its status patch sent, the answer cached, then
+        the Events of the transitions that status records (kube/events.py); the one
+        status writer of the operator (kopf's change handlers pass through here too).
         ``digest`` (read before the pass) is recorded as what the pass started from
         (``by_resync``: by a time-driven pass, not the pass of a change). False when
-        the pass or its status write failed (the change queue takes it again)."""
+        the pass or its status write failed (the change queue or kopf takes it again)."""
         cached = kind.cache.get(uid)
         if cached is None or (cached.get("metadata") or {}).get("deletionTimestamp"):
             return True
@@ -302,9 +307,10 @@ class Resync:
                 return True
             patch = kopf.Patch()
             try:
-                self._in_context(handlers.counted, self.runtime, kind.name,
-                                 kind.reconciler.reconcile, body=as_body(body), patch=patch,
-                                 trigger=trigger)
+                _, held = self._in_context(
+                    events.holding, handlers.counted, self.runtime, kind.name,
+                    kind.reconciler.reconcile, body=as_body(body), patch=patch,
+                    trigger=trigger)
             except kopf.TemporaryError as exc:
                 logger.warning("%s %s/%s not reconciled: %s", kind.name, namespace, name, exc)
                 return False
@@ -319,19 +325,22 @@ class Resync:
                 logger.warning("%s %s/%s: only status is patched by the resync loop, not %s",
                                kind.name, namespace, name, sorted(set(patch) - {"status"}))
             if not status:
+                self._in_context(events.post_held, held)
                 return True
             try:
                 updated = self.objects[kind.name].patch_status(namespace, name, status)
             except Exception as exc:
+                # Nothing of the transitions told: the next pass decides them again from
+                # the status that is there, and tells them once its write succeeded.
                 self.runtime.failed(kind.name)
                 logger.warning("%s %s/%s: status not written: %s", kind.name, namespace, name,
                                exc)
                 return False
             if updated is not None:
-                # Under the object's lock: a kopf handler waiting for it must read the
-                # status just written (a pass from the older one would post the same
-                # transition's Event again).
-                kind.cache.put(updated, written=True)
+                # Under the object's lock: the next pass (kopf's handler's too) reads the
+                # status just written, not the one this pass started from.
+                kind.cache.put(updated)
+                self._in_context(events.post_held, held)
         if updated is None:
             self.gone(kind, body)
         return True

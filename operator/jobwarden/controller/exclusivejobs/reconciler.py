@@ -227,7 +227,7 @@ class ExclusiveJobReconciler:
                                   job_id=desired.get("jobId"))
         if changed is not None:
             posted.append(changed)
-        events.post(body, posted)
+        events.post_with_status(body, posted)
 
     def delete(self, *, body: kopf.Body) -> None:
         """Cancel the job if it has not started; a running or finished job is left as is."""

@@ -148,18 +148,20 @@ class ScheduleReconciler:
         desired_status = sst.schedule_status(
             previous=previous, generation=generation,
             view=view_of(row) if row is not None else None, conditions=conditions, now=now)
-        posted: list[st.Event] = []
+        told: list[st.Event] = []  # recorded in the status (run-now)
+        ran: list[st.Event] = []  # the runs' own (runevents.py keeps what it told)
         if row is not None:
             try:
-                posted = self._cronjob_parity(body, row, desired, desired_status,
-                                              previous=previous, row_name=row_name, now=now)
-                posted += self._run_events(str(meta.get("uid")), row, row_name,
-                                           active=bool(desired_status.get("active")), now=now)
+                told = self._cronjob_parity(body, row, desired, desired_status,
+                                            previous=previous, row_name=row_name, now=now)
+                ran = self._run_events(str(meta.get("uid")), row, row_name,
+                                       active=bool(desired_status.get("active")), now=now)
             except errors.DatabaseUnavailable as exc:
                 self.runtime.failed(KIND)
                 raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
         self._write(body, patch, previous, desired_status, action=action, row_name=row_name,
-                    describe=desired.describe(), extra=posted)
+                    describe=desired.describe(), extra=told)
+        events.post(body, ran)
         for key, value in podruns.status_delta(previous, pods or {}).items():
             patch.status[key] = value
         result = {"create": "created", "update": "updated", "none": "unchanged",
@@ -240,17 +242,18 @@ class ScheduleReconciler:
         delta = st.status_patch(previous, desired_status, sst.SCHEDULE_KEYS)
         for key, value in delta.items():
             patch.status[key] = value
-        posted = st.condition_events(previous.get("conditions"),
-                                     desired_status.get("conditions", []))
-        posted += sst.problem_events(previous.get("conditions"),
-                                     desired_status.get("conditions", []))
         if action == "create":
-            posted.insert(0, st.Event(type="Normal", reason="Created",
-                                      message=f"schedule {row_name!r} created: {describe}"))
+            events.post(body, [st.Event(type="Normal", reason="Created",
+                                        message=f"schedule {row_name!r} created: {describe}")])
         elif action == "update":
-            posted.insert(0, st.Event(type="Normal", reason="Updated",
-                                      message=f"schedule {row_name!r} updated: {describe}"))
-        events.post(body, posted + list(extra or ()))
+            events.post(body, [st.Event(type="Normal", reason="Updated",
+                                        message=f"schedule {row_name!r} updated: {describe}")])
+        # Transitions (and ``extra``, what the status records): once it is written.
+        told = st.condition_events(previous.get("conditions"),
+                                   desired_status.get("conditions", []))
+        told += sst.problem_events(previous.get("conditions"),
+                                   desired_status.get("conditions", []))
+        events.post_with_status(body, told + list(extra or ()))
 
     def delete(self, *, body: kopf.Body) -> None:
         meta = body.get("metadata", {})

@@ -31,25 +31,6 @@ T = TypeVar("T")
 
 #: How long a deletion is remembered, so a late event of the deleted object is ignored.
 TOMBSTONE_SECONDS = 120.0
-#: How long a handler's status patch is laid over the bodies the watch delivers.
-AMEND_SECONDS = 10.0
-
-
-def _merge_status(body: dict[str, Any], patch: Mapping[str, Any]) -> None:
-    """A JSON merge patch of ``.status``'s top-level keys (None removes one)."""
-    merged = dict(body.get("status") or {})
-    for key, value in patch.items():
-        if value is None:
-            merged.pop(key, None)
-        else:
-            merged[key] = copy.deepcopy(value)
-    body["status"] = merged
-
-
-def _holds(body: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
-    """Does ``body``'s status already say what ``patch`` sets?"""
-    status = body.get("status") or {}
-    return all(status.get(key) == value for key, value in patch.items())
 
 
 def version_of(body: Mapping[str, Any]) -> int | None:
@@ -77,16 +58,11 @@ class ObjectCache:
         self._lock = threading.Lock()
         self._bodies: dict[str, dict[str, Any]] = {}
         self._tombstones: dict[str, tuple[float, int | None]] = {}
-        #: Status patches on their way to the API server (:meth:`amend_status`), by
-        #: uid: (until when, the patch). Applied over every body taken meanwhile.
-        self._amended: dict[str, tuple[float, dict[str, Any]]] = {}
 
-    def put(self, body: Mapping[str, Any], *, written: bool = False) -> bool:
+    def put(self, body: Mapping[str, Any]) -> bool:
         """Keep ``body`` unless the same or a newer one (or its deletion) is known.
 
         True when the body was new: the caller's cue that something changed.
-        ``written``: the API server's answer to this operator's own status write,
-        which was decided from the amended status and so supersedes the amendment.
         """
         uid = uid_of(body)
         if not uid:
@@ -101,43 +77,10 @@ class ObjectCache:
             known = self._bodies.get(uid)
             if known is not None and version is not None:
                 had = version_of(known)
-                if had is not None and (had > version or (had == version
-                                                          and uid not in self._amended)):
+                if had is not None and had >= version:
                     return False  # older, or the same state again (our write's own event)
-            stored = copy.deepcopy(dict(body))
-            if written:
-                self._amended.pop(uid, None)
-            overlay = self._amended.get(uid)
-            if overlay is not None:
-                if time.monotonic() >= overlay[0] or _holds(stored, overlay[1]):
-                    del self._amended[uid]  # landed (or never will): the server's word
-                else:
-                    _merge_status(stored, overlay[1])
-            self._bodies[uid] = stored
+            self._bodies[uid] = copy.deepcopy(dict(body))
             return True
-
-    def amend_status(self, uid: str, status: Mapping[str, Any] | None) -> None:
-        """Apply a status merge patch that is on its way to the API server (a kopf
-        handler's: kopf sends it after the handler returns) to the cached body, and
-        over every body taken until one shows it (at most :data:`AMEND_SECONDS`).
-
-        Why: the resync loop reads ``.status`` from here as what was already decided
-        and reported; until the patch lands, it would decide the same transitions
-        again and post their Events a second time (issue 27: ``SecretNotFound`` x2).
-        kopf may write the object's annotations before its status, so the watch can
-        deliver a newer body without the status first: the patch stays over it. A
-        body of the same resourceVersion read again (the loop's GET) is taken too,
-        so a patch that never lands is corrected when the overlay expires.
-        """
-        if not status:
-            return
-        with self._lock:
-            body = self._bodies.get(uid)
-            if body is None:
-                return
-            patch = copy.deepcopy(dict(status))
-            _merge_status(body, patch)
-            self._amended[uid] = (time.monotonic() + AMEND_SECONDS, patch)
 
     def remove(self, uid: str) -> dict[str, Any] | None:
         """Forget the object (deleted); its late events are ignored for a while."""
@@ -146,7 +89,6 @@ class ObjectCache:
             self._tombstones = {k: v for k, v in self._tombstones.items()
                                 if now - v[0] < TOMBSTONE_SECONDS}
             body = self._bodies.pop(uid, None)
-            self._amended.pop(uid, None)
             self._tombstones[uid] = (now, version_of(body) if body else None)
             return body
 

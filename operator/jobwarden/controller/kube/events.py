@@ -8,14 +8,27 @@ errors.
 kopf posts only from its handlers' context; the pod watch of pod runs judges a
 pod's end outside it, so :func:`post_direct` creates the core/v1 Event itself,
 in the shape kopf gives its own (:func:`event_body`, pure).
+
+Two kinds of Events come out of a pass. What the pass *did* (created a pod,
+started a drain) is posted at once with :func:`post`. A *transition* the pass
+decided by comparing the status it read with the one it wants (a condition
+turned False, a rollout started) is told with :func:`post_with_status`: the
+writer of the status (:meth:`jobwarden.controller.resyncing.Resync.reconcile`,
+for kopf's change handlers too) holds it and posts it only once the status
+patch that records the transition was written. So a pass whose write failed
+tells nothing, the next pass (reading the status that is there) decides the
+transition again, and only the pass whose write succeeded tells it: one Event
+per transition (issue 27: ``RolloutStarted`` and ``ProgressDeadlineExceeded``
+twice under load).
 """
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import datetime as dt
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import kopf
@@ -41,6 +54,10 @@ class Involved:
 
 logger = logging.getLogger("jobwarden.controller.events")
 
+#: The transitions held by the status writer of the pass running in this context.
+_HELD: contextvars.ContextVar[list[tuple[kopf.Body, st.Event]] | None] = \
+    contextvars.ContextVar("jobwarden_held_events", default=None)
+
 
 def post(body: kopf.Body, events: Iterable[st.Event]) -> None:
     for event in events:
@@ -50,6 +67,33 @@ def post(body: kopf.Body, events: Iterable[st.Event]) -> None:
         except LookupError:  # outside kopf's context: before its first handler ran
             logger.info("event not posted (kopf not started): %s %s", event.reason,
                         event.message)
+
+
+def post_with_status(body: kopf.Body, events: Iterable[st.Event]) -> None:
+    """Transitions the status being written records: held by the status writer until
+    its write succeeded (posted at once where no writer holds them)."""
+    held = _HELD.get()
+    if held is None:
+        post(body, events)
+        return
+    held.extend((body, event) for event in events)
+
+
+def holding(call: Callable[..., Any], *args: Any, **kwargs: Any
+            ) -> tuple[Any, list[tuple[kopf.Body, st.Event]]]:
+    """``call(*args, **kwargs)`` with the transitions it tells held: (its result, them)."""
+    held: list[tuple[kopf.Body, st.Event]] = []
+    token = _HELD.set(held)
+    try:
+        return call(*args, **kwargs), held
+    finally:
+        _HELD.reset(token)
+
+
+def post_held(held: Iterable[tuple[kopf.Body, st.Event]]) -> None:
+    """Post what :func:`holding` held (the status recording them was written)."""
+    for body, event in held:
+        post(body, [event])
 
 
 def event_body(involved: Involved, event: st.Event, *, now: dt.datetime) -> dict[str, Any]:

@@ -93,6 +93,9 @@ class Kind:
         default_factory=lambda: collections.defaultdict(threading.Lock))
     #: Set by the resync loop: wakes it for an object now (a pod of a pool changed...).
     nudge: Callable[[str], None] = lambda uid: None
+    #: Set by the resync loop: ``run_pass(uid, trigger=, digest=)`` passes the cached
+    #: object now and writes its status (kopf's change handlers); False if it failed.
+    run_pass: Callable[..., bool] = lambda uid, **_: False
     #: The kind's changes are passed by the operator's change queue (controller/
     #: changes.py), not by kopf's change handlers: no kopf annotation, writes bounded.
     queued: bool = False

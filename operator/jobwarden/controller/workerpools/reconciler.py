@@ -372,11 +372,13 @@ class PoolReconciler:
     def _write(self, body: kopf.Body, patch: kopf.Patch, previous: dict[str, Any],
                decided: pool_status.StatusPlan, *, posted: list[st.Event] | None = None
                ) -> None:
-        """The status delta into kopf's patch; the pass's Events, then the status's."""
+        """The status delta into the patch; the pass's Events, then the status's (held
+        until the status recording them is written, events.py says why)."""
         delta = st.status_patch(previous, decided.status, POOL_KEYS)
         for key, value in delta.items():
             patch.status[key] = value
-        events.post(body, [*(posted or []), *decided.events])
+        events.post(body, posted or [])
+        events.post_with_status(body, decided.events)
 
 
 def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> PoolReconciler:
