@@ -125,6 +125,9 @@ def test_a_rolling_update_under_load_drains_every_old_host_and_loses_nothing(
     assert_drained_before_deleted(cluster, old)
     assert_no_loss(cluster, load)
     assert_throughput_kept(cluster, load, began, ended)
+    # RolloutComplete follows the status that records it (posted after that write).
+    cluster.wait(lambda: "RolloutComplete" in event_reasons(cluster), timeout=30,
+                 what="the RolloutComplete Event")
     reasons = event_reasons(cluster)
     for reason in ("RolloutStarted", "Draining", "Deleted", "RolloutComplete"):
         assert reason in reasons, reasons
@@ -196,7 +199,8 @@ def test_an_operator_restarted_in_the_middle_of_a_rollout_completes_it(cluster: 
                      (old & pod_names(cluster)), timeout=150, what="the rollout to complete")
     assert_drained_before_deleted(cluster, old)
     assert_no_loss(cluster, load)
-    assert "RolloutComplete" in event_reasons(cluster)
+    cluster.wait(lambda: "RolloutComplete" in event_reasons(cluster), timeout=30,
+                 what="the RolloutComplete Event")
 
 
 def test_a_drain_that_times_out_deletes_the_pod_and_counts_the_jobs_left_to_the_reaper(

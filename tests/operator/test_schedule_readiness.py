@@ -96,8 +96,11 @@ def test_a_pod_run_schedule_without_its_dsn_secret_is_not_ready_until_it_exists(
                      "data": {"dsn": base64.b64encode(dsn.encode()).decode()}})
     kube_api.wait_for("js", "export", timeout=30,
                       condition=lambda o: ready(o).get("status") == "True")
-    reasons = [(e["type"], e["reason"]) for e in kube_api.events("default",
-                                                                 involved="export")]
-    assert reasons.count(("Warning", "SecretNotFound")) == 1, reasons
-    assert ("Normal", "Recovered") in reasons, reasons
+    # A transition's Event is posted once the status recording it is written (issue 27).
+    def reasons() -> list[tuple[str, str]]:
+        return [(e["type"], e["reason"]) for e in kube_api.events("default", involved="export")]
+
+    wait_for(lambda: ("Normal", "Recovered") in reasons(), timeout=30,
+             message="the Recovered Event")
+    assert reasons().count(("Warning", "SecretNotFound")) == 1, reasons()
     assert dsn not in str(kube_api.events("default", involved="export"))
