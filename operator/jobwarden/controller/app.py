@@ -179,10 +179,11 @@ class PeeringPause(logging.Filter):
         return True
 
 
-def build_runtime(db: Database, config: OperatorConfig) -> Runtime:
+def build_runtime(db: Database, config: OperatorConfig, *,
+                  login: Callable[..., kopf.ConnectionInfo | None] | None = None) -> Runtime:
     """The one place an operator's collaborators are made and handed to its Runtime."""
     metrics.prime_operator()
-    kube = KubeClient()
+    kube = KubeClient(login)
     pods = KubePods(kube)
     return Runtime(
         db=db, config=config, client=Client(database=db), kube=kube, pods=pods,
@@ -202,7 +203,7 @@ class Operator:
     def __init__(self, db: Database, config: OperatorConfig, *,
                  login: Callable[..., kopf.ConnectionInfo | None] | None = None) -> None:
         self.config = config
-        self.runtime = build_runtime(db, config)
+        self.runtime = build_runtime(db, config, login=login)
         self.registry = build_registry(self.runtime, login=login)
         self.loops, self.gauges = periodic.loops(self.runtime)
         self.periodic = periodic.Periodic(self.runtime, self.loops)

@@ -1,7 +1,9 @@
 """The Kubernetes client the operator's own calls use (kopf has its own connection).
 
 One lazily built ``ApiClient`` per operator: in-cluster credentials when the
-process runs in a pod, else ``KUBECONFIG`` as kubectl reads it. Bodies go in and
+process runs in a pod, else ``KUBECONFIG`` as kubectl reads it; an operator
+embedded with its own kopf login (``Operator(login=...)``) connects as that
+login says, as kopf does (the status writes and pod calls are this client's). Bodies go in and
 come out as plain dicts (``_preload_content=False``): the reconcilers work on
 manifests, not on the generated model classes.
 """
@@ -9,23 +11,34 @@ manifests, not on the generated model classes.
 from __future__ import annotations
 
 import json
+import logging
+import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import kopf
 
 MERGE_PATCH = "application/merge-patch+json"
 
 
 class KubeClient:
-    def __init__(self) -> None:
+    def __init__(self, login: Callable[..., kopf.ConnectionInfo | None] | None = None
+                 ) -> None:
         self._api: Any = None
         self._lock = threading.Lock()
+        self._login = login
 
     def api_client(self) -> Any:
         with self._lock:
             if self._api is None:
                 import kubernetes
 
+                info = self._login(logger=logging.getLogger("jobwarden.controller.kube")) \
+                    if self._login is not None else None
+                if info is not None:
+                    self._api = kubernetes.client.ApiClient(configuration_of(info))
+                    return self._api
                 try:
                     configuration = kubernetes.client.Configuration()
                     kubernetes.config.load_incluster_config(  # type: ignore[no-untyped-call]
@@ -44,6 +57,28 @@ class KubeClient:
         import kubernetes
 
         return kubernetes.client.CustomObjectsApi(self.api_client())
+
+
+def configuration_of(info: kopf.ConnectionInfo) -> Any:
+    """The Kubernetes client's configuration for a kopf login's connection (the paths of
+    certificates; kopf's inline ``*_data`` are not taken)."""
+    import kubernetes
+
+    if info.ca_data or info.certificate_data or info.private_key_data:
+        raise ValueError("a login with inline certificate data is not supported by the "
+                         "operator's client; give the files' paths")
+    configuration = kubernetes.client.Configuration()
+    configuration.host = info.server
+    if info.token:
+        configuration.api_key = {"authorization": info.token}
+        configuration.api_key_prefix = {"authorization": info.scheme or "Bearer"}
+    configuration.username, configuration.password = info.username, info.password
+    configuration.verify_ssl = not info.insecure
+    configuration.ssl_ca_cert, configuration.cert_file, configuration.key_file = (
+        None if path is None else os.fsdecode(path)
+        for path in (info.ca_path, info.certificate_path, info.private_key_path))
+    configuration.proxy = info.proxy_url
+    return configuration
 
 
 def status_of(exc: BaseException) -> int | None:
