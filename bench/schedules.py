@@ -381,7 +381,7 @@ def _compare(args: argparse.Namespace, count: int, reps: int) -> dict[str, Any]:
             print(f"  {tree.label:<24} {mine['min']:.4f} / {mine['median']:.4f}s   "
                   f"{mine['min'] / base['min']:.3f} / {mine['median'] / base['median']:.3f}")
     return {
-        "compare": [{"rev": rev, "label": tree.label, "package": tree.facts["package"]}
+        "compare": [{"rev": rev, "label": tree.label}
                     for rev, tree in zip(args.compare, trees, strict=True)],
         "server": ruler.facts["server"], "summary": summary,
         "ratios": {tree.label: {figure: {
