@@ -27,7 +27,8 @@ database's transactions, statements by kind, CPU seconds of the server's and of
 the fleet's processes; see :class:`Profile`), and to each idle window the same
 per second per worker: does the work per job grow with the fleet (issue 31)?
 ``--before-drains`` runs each size's trickle and drains again on ``--source``'s
-code, against the same ruler.
+code, against the same ruler. ``--trickle-only`` runs only the trickle (claims
+per single enqueue into an idle fleet: the wake-up herd, issue 31).
 
 The server is a private embedded PostgreSQL (``max_connections`` raised for the
 fleet, ``pg_stat_statements`` loaded) unless ``--dsn`` names one. ``--source
@@ -413,6 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "in-flight)")
     parser.add_argument("--drains-only", action="store_true",
                         help="per fleet size only the latency trickle and the drains")
+    parser.add_argument("--trickle-only", action="store_true",
+                        help="per fleet size only the latency trickle, --settle seconds "
+                             "after start (with --before-drains: on --source's code too)")
     parser.add_argument("--before-drains", action="store_true",
                         help="after each fleet size, the same size running --source: "
                              "its trickle and drains, against the same ruler")
@@ -449,13 +453,17 @@ def main(argv: Sequence[str] | None = None) -> int:
                                            window=args.window))
         for size in [int(s) for s in args.sizes.split(",") if s]:
             with fleet(dsn, size, concurrency=args.concurrency, tag=f"f{size}") as running:
-                if not args.drains_only:
+                if args.trickle_only:
+                    time.sleep(args.settle)  # idle, LISTEN verified: marked for wake-ups
+                elif not args.drains_only:
                     report("idle", idle(admin, name, size, settle=args.settle,
                                         window=args.window, profile=profiled(running)))
                 if args.idle_only:
                     continue
                 report("latency", {"workers": size, **latency(
                     dsn, jobs=args.trickle, gap=0.25, profile=profiled(running))})
+                if args.trickle_only:
+                    continue
                 for label, queues in (("one queue", QUEUES[:1]), ("four queues", QUEUES)):
                     found = drain(dsn, jobs=args.jobs, queues=queues,
                                   profile=profiled(running))
@@ -468,10 +476,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.source and args.before_drains:
                 with fleet(dsn, size, concurrency=args.concurrency, tag=f"b{size}",
                            source=args.source) as running:
+                    if args.trickle_only:
+                        time.sleep(args.settle)
                     report("latency_before", {"workers": size, **latency(
                         dsn, jobs=args.trickle, gap=0.25, profile=profiled(running))})
-                    for label, queues in (("one queue", QUEUES[:1]),
-                                          ("four queues", QUEUES)):
+                    for label, queues in (() if args.trickle_only else
+                                          (("one queue", QUEUES[:1]), ("four queues", QUEUES))):
                         found = drain(dsn, jobs=args.jobs, queues=queues,
                                       profile=profiled(running))
                         report("drain_before", {

@@ -153,6 +153,25 @@ def _in_claim_order(claimed: list[ClaimedJob]) -> list[ClaimedJob]:
     return sorted(claimed, key=lambda c: (-c.priority, -c.queue_wait_seconds, c.id))
 
 
+class WakeMark(NamedTuple):
+    """An idle claimant's wake-up mark (migration 0025, ``job_wakeups``): a single
+    enqueue of one of its queues NOTIFYs ``channel`` (which only it LISTENs on)
+    instead of every worker. A claim renews it when it took fewer than ``free``
+    jobs (a slot is left free), for ``seconds``."""
+
+    channel: str
+    free: int
+    seconds: float
+
+
+def _wake_params(wake: WakeMark | None, queues: Sequence[str] | None) -> dict[str, Any]:
+    """A claim's wake-up mark parameters (fragment_claim_rows)."""
+    if wake is None:
+        return {"wake_channel": None, "wake_queues": None, "wake_free": 0, "wake_seconds": 0.0}
+    return {"wake_channel": wake.channel, "wake_queues": list(queues) if queues else None,
+            "wake_free": wake.free, "wake_seconds": wake.seconds}
+
+
 class JobsTable:
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -172,7 +191,8 @@ class JobsTable:
 
     def claim(self, *, host: str, limit: int, grace_seconds: float,
               queues: Sequence[str] | None = None, host_cap: bool = False,
-              batch: uuid.UUID | None = None) -> list[ClaimedJob]:
+              batch: uuid.UUID | None = None, wake: WakeMark | None = None
+              ) -> list[ClaimedJob]:
         """Claim up to ``limit`` due jobs for ``host``.
 
         ``batch``: an id the caller chose, fresh for this claim; the claim tokens
@@ -185,11 +205,14 @@ class JobsTable:
         lock, an uncapped host's do not wait for each other), so nothing is claimed
         while it drains (or is not registered) and at most cap - running across
         every process on the host.
+
+        ``wake``: the claimant's wake-up mark, renewed by the claim (see
+        :class:`WakeMark`); None removes its marks.
         """
         if limit <= 0:
             return []
         params: dict[str, Any] = {"host": host, "limit": limit, "grace": grace_seconds,
-                                  "batch": batch or uuid.uuid4()}
+                                  "batch": batch or uuid.uuid4(), **_wake_params(wake, queues)}
         if host_cap:
             # Lock the host row, then claim with a fresh snapshot (see the queries), in
             # one transaction sent as one round trip: the claim reads the cap and the
@@ -208,8 +231,8 @@ class JobsTable:
         return _in_claim_order([claimed_row(r) for r in rows])
 
     def claim_idle(self, *, host: str, limit: int, grace_seconds: float,
-                   queues: Sequence[str] | None = None, batch: uuid.UUID | None = None
-                   ) -> tuple[list[ClaimedJob], float | None]:
+                   queues: Sequence[str] | None = None, batch: uuid.UUID | None = None,
+                   wake: WakeMark | None = None) -> tuple[list[ClaimedJob], float | None]:
         """A capped claim (see :meth:`claim`) that also says how soon the next pending
         job comes due: (claims, seconds until the next one, or None when none waits).
 
@@ -222,7 +245,7 @@ class JobsTable:
         transaction of its own.
         """
         params: dict[str, Any] = {"host": host, "limit": max(limit, 0), "grace": grace_seconds,
-                                  "batch": batch or uuid.uuid4()}
+                                  "batch": batch or uuid.uuid4(), **_wake_params(wake, queues)}
         claim, due = "job_claim_capped_any", "job_next_due_any"
         if queues:
             claim, due = "job_claim_capped_queues", "job_next_due_queues"
@@ -234,6 +257,10 @@ class JobsTable:
         seconds = next_due[0][0] if next_due and next_due[0][0] is not None else None
         return (_in_claim_order([claimed_row(r) for r in rows]),
                 None if seconds is None else max(float(seconds), 0.0))
+
+    def unmark_wakeups(self, channel: str) -> None:
+        """Remove the wake-up marks of ``channel`` (a stopping worker's: see :class:`WakeMark`)."""
+        self._db.execute("job_wakeup_unmark", {"channel": channel})
 
     def claims_of_batch(self, *, host: str, batch: uuid.UUID,
                         grace_seconds: float) -> list[ClaimedJob]:

@@ -1,4 +1,4 @@
--- The Jobwarden schema after every migration (0001 to 0024), for readers.
+-- The Jobwarden schema after every migration (0001 to 0025), for readers.
 -- GENERATED from operator/jobwarden/db/migrations: do not edit; the migrations
 -- are the truth. Regenerate: python -m tests.support.schemadump
 -- (pg_dump --schema-only, normalized; schema name: jobwarden, the default).
@@ -220,6 +220,30 @@ CREATE TABLE jobwarden.job_class_failures (
 CREATE UNLOGGED TABLE jobwarden.job_waiters (
     job_id bigint NOT NULL,
     until timestamp with time zone NOT NULL
+);
+
+--
+-- Name: job_wakeups; Type: TABLE; Schema: jobwarden
+--
+
+CREATE UNLOGGED TABLE jobwarden.job_wakeups (
+    id bigint NOT NULL,
+    channel text NOT NULL,
+    queues text[],
+    until timestamp with time zone NOT NULL
+);
+
+--
+-- Name: job_wakeups_id_seq; Type: SEQUENCE; Schema: jobwarden
+--
+
+ALTER TABLE jobwarden.job_wakeups ALTER COLUMN id ADD GENERATED ALWAYS AS IDENTITY (
+    SEQUENCE NAME jobwarden.job_wakeups_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1
 );
 
 --
@@ -493,6 +517,13 @@ ALTER TABLE ONLY jobwarden.job_waiters
     ADD CONSTRAINT job_waiters_pkey PRIMARY KEY (job_id);
 
 --
+-- Name: job_wakeups job_wakeups_pkey; Type: CONSTRAINT; Schema: jobwarden
+--
+
+ALTER TABLE ONLY jobwarden.job_wakeups
+    ADD CONSTRAINT job_wakeups_pkey PRIMARY KEY (id);
+
+--
 -- Name: jobs jobs_pkey; Type: CONSTRAINT; Schema: jobwarden
 --
 
@@ -580,6 +611,12 @@ CREATE INDEX hosts_last_seen_idx ON jobwarden.hosts USING btree (last_seen_at);
 --
 
 CREATE INDEX hosts_pool_idx ON jobwarden.hosts USING btree (pool, name);
+
+--
+-- Name: job_wakeups_channel; Type: INDEX; Schema: jobwarden
+--
+
+CREATE INDEX job_wakeups_channel ON jobwarden.job_wakeups USING btree (channel);
 
 --
 -- Name: jobs_claim_pool_any_idx; Type: INDEX; Schema: jobwarden

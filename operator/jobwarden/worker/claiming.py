@@ -21,6 +21,13 @@ the claim message of such a round also asks when the next pending job comes
 due, so a delayed job, a retry or a deferral -- which no NOTIFY announces -- is
 still claimed when it comes due. A claim that took anything, and a listener
 that is lost or unverified, go back to ``poll_interval``.
+
+Wake-ups go to as many workers as there are jobs (issue 31, migration 0025):
+the listen thread also LISTENs on a channel of this worker's own, and each
+claim that leaves a slot free, while LISTEN is verified, marks the worker in
+``job_wakeups`` with it (:class:`~jobwarden.db.jobs.WakeMark`); a single enqueue
+takes one such mark and NOTIFYs that channel alone, or the shared one when no
+worker is marked. Before, every idle worker claimed on every enqueue.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from typing import Literal
 from jobwarden import errors
 from jobwarden.db.database import Database, channel_name
 from jobwarden.db.hosts import HOSTS_TOPIC
+from jobwarden.db.jobs import JOBS_TOPIC, WakeMark
 from jobwarden.maintenance.looping import Progress
 from jobwarden.settings import PREFETCH_WORK_SECONDS, WorkerSettings
 from jobwarden.structs.jobs import ClaimedJob
@@ -50,6 +58,12 @@ Round = Literal["more", "busy", "failed", "idle"]
 PROBE_SECONDS = 5.0
 #: After a probe that never came back (a transaction-mode pooler): try again this late.
 PROBE_RETRY_SECONDS = 60.0
+#: A wake-up mark outlives the longest idle sleep by this much (a slow claim on a
+#: loaded server), besides twice that sleep: a live idle worker renews it first.
+WAKE_MARK_SLACK_SECONDS = 30.0
+#: PostgreSQL's longest channel name (NAMEDATALEN - 1 bytes); a longer one fails
+#: the enqueue's pg_notify, so a worker whose channel would be longer never marks.
+MAX_CHANNEL_BYTES = 63
 
 
 class Claimer:
@@ -100,6 +114,11 @@ class Claimer:
         self.unheard_probes = 0
         #: The claim round in progress, either thread's (the worker's /healthz reads it).
         self.progress = Progress("claim")
+        #: The topic only this worker LISTENs on, and its channel (None: too long a
+        #: schema name for one; the worker is then woken on the shared channel only).
+        self.wake_topic = f"{JOBS_TOPIC}_{uuid.uuid4().hex[:16]}"
+        channel = channel_name(db.schema, self.wake_topic)
+        self.wake_channel = channel if len(channel.encode()) <= MAX_CHANNEL_BYTES else None
 
     @property
     def stopping(self) -> bool:
@@ -123,6 +142,11 @@ class Claimer:
             else:
                 self.wake_event.wait(self.idle_wait())
         with self._claim_lock:
+            if self.wake_channel is not None:
+                try:  # no enqueue may NOTIFY this worker alone any more
+                    self.db.jobs.unmark_wakeups(self.wake_channel)
+                except errors.DatabaseUnavailable as exc:  # its mark expires by itself
+                    logger.warning("cannot remove this worker's wake-up mark: %s", exc)
             if self._unresolved is not None:  # stopping: whatever it took is given back
                 try:
                     self._resolve_claim(self._unresolved)
@@ -163,6 +187,7 @@ class Claimer:
         if in_flight >= target:
             return "busy"
         free = min(target - in_flight, self.capacity.free)
+        slots_free = self.settings.concurrency - in_flight
         # Cleared before the claim, not after: a NOTIFY that arrives while the
         # claim is in flight must still wake the fetch loop's wait.
         self.wake_event.clear()
@@ -176,7 +201,7 @@ class Claimer:
             if limit > 0:
                 batch = uuid.uuid4()
                 self._unresolved = batch
-                claimed = self._claim(limit, batch)
+                claimed = self._claim(limit, batch, self._wake_mark(slots_free))
                 self._unresolved = None
                 self.empty_rounds = 0 if claimed else self.empty_rounds + 1
             self._failures = 0
@@ -189,13 +214,24 @@ class Claimer:
             self._accept(claim)
         return claimed, limit
 
-    def _claim(self, limit: int, batch: uuid.UUID) -> list[ClaimedJob]:
+    def _wake_mark(self, slots_free: int) -> WakeMark | None:
+        """This worker's wake-up mark for a claim while ``slots_free`` slots are free
+        (not counting the prefetch: a job woken for waits in no queue behind
+        another), or None: not listening (a NOTIFY to its channel would go
+        unheard), stopping, or no channel of its own."""
+        if self.wake_channel is None or self.stopping or not self.listening.is_set():
+            return None
+        longest_sleep = max(self.settings.idle_seconds, self.settings.poll_interval)
+        return WakeMark(channel=self.wake_channel, free=max(slots_free, 0),
+                        seconds=2 * longest_sleep + WAKE_MARK_SLACK_SECONDS)
+
+    def _claim(self, limit: int, batch: uuid.UUID, wake: WakeMark | None) -> list[ClaimedJob]:
         """The claim; after an empty one, with LISTEN verified, it also asks when the
         next pending job comes due (no transaction of its own: see ``claim_idle``)."""
         if self.capped_claims and self.empty_rounds > 0 and self.listening.is_set():
             claimed, due = self.db.jobs.claim_idle(
                 host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
-                queues=self.settings.queues or None, batch=batch)
+                queues=self.settings.queues or None, batch=batch, wake=wake)
             self._due_known = True
             known = self._next_due_at
             self._next_due_at = None if due is None else time.monotonic() + due
@@ -208,7 +244,8 @@ class Claimer:
         self._due_known = False
         return self.db.jobs.claim(
             host=self.host, limit=limit, grace_seconds=self.settings.heartbeat_grace,
-            queues=self.settings.queues or None, host_cap=self.capped_claims, batch=batch)
+            queues=self.settings.queues or None, host_cap=self.capped_claims, batch=batch,
+            wake=wake)
 
     def idle_wait(self) -> float:
         """How long the fetch loop sleeps after a round that found nothing.
@@ -293,7 +330,10 @@ class Claimer:
         failed claim.
         """
         # A capped host's processes also hear each other's freed slots (payload: host).
-        topics = ("jobs", HOSTS_TOPIC) if self.capped_claims else ("jobs",)
+        topics: tuple[str, ...] = (JOBS_TOPIC, HOSTS_TOPIC) if self.capped_claims \
+            else (JOBS_TOPIC,)
+        if self.wake_channel is not None:
+            topics += (self.wake_topic,)
         hosts_channel = channel_name(self.db.schema, HOSTS_TOPIC)
         self._listen_thread = threading.current_thread()
         listener = self.db.listener(*topics, lend=True)
@@ -329,8 +369,11 @@ class Claimer:
                     self._unheard()
                     logger.exception("listening for enqueues failed; polling only")
                     return
-                if listener.verified:
+                if listener.verified and not self.listening.is_set():
                     self.listening.set()  # LISTEN is in place and heard its probe
+                    # Claim now: a claim that leaves a slot free marks this worker
+                    # for wake-ups, and it may not poll again for a long while.
+                    self.wake_event.set()
                 if any(channel != hosts_channel or payload == self.host
                        for channel, payload in received) \
                         and self.claim_round() != "idle":

@@ -81,6 +81,11 @@ FROM input LEFT JOIN inserted ON inserted.id = input.id;
 -- name: fragment_insert_one
 -- The common case of job_insert_many, one job, as a plain INSERT: no arrays to
 -- build and unpack, so about twice the single-enqueue rate.
+-- It wakes one idle worker, not all (migration 0025, job_wakeups): it takes the
+-- newest live mark of a worker that serves the queue (SKIP LOCKED: concurrent
+-- enqueues take different ones) and NOTIFYs that worker's channel; with no such
+-- mark, the shared channel (every listening worker, as 0.1.0 did). Delivered at
+-- commit; a rolled-back enqueue leaves the mark in place.
 inserted AS (
     INSERT INTO {schema}.jobs (queue, job_class, data, priority, run_at, max_retries,
                                timeout_seconds, idempotent, unique_key, lease_name, schedule_name,
@@ -92,8 +97,18 @@ inserted AS (
     ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL DO NOTHING
     RETURNING id, queue
 ),
+woken AS (
+    DELETE FROM {schema}.job_wakeups AS w
+    WHERE w.id = (SELECT m.id FROM {schema}.job_wakeups AS m, inserted
+                  WHERE m.until > now() AND (m.queues IS NULL OR inserted.queue = ANY(m.queues))
+                  ORDER BY m.id DESC LIMIT 1
+                  FOR UPDATE OF m SKIP LOCKED)
+    RETURNING w.channel
+),
 notified AS (
-    SELECT count(pg_notify(%(channel)s, inserted.queue)) AS n FROM inserted
+    SELECT count(pg_notify(coalesce((SELECT channel FROM woken), %(channel)s), inserted.queue))
+           AS n
+    FROM inserted
 )
 
 -- name: job_insert_one
@@ -173,6 +188,11 @@ SELECT unique_key, id FROM {schema}.jobs WHERE unique_key = ANY(%(unique_keys)s:
 -- set_config(..., true) is local to the transaction; the commit reads the
 -- setting before the transaction's settings are reset, and a transaction-mode
 -- pooler never sees it leak into the next client's transaction.
+-- The claimant's wake-up mark (migration 0025, job_wakeups) is renewed here, in
+-- the claim's own transaction: its old marks go (and anyone's expired ones), and
+-- a claimant that still has a free slot after this claim (it took fewer than
+-- wake_free) marks itself with its own channel, so the next single enqueue of one
+-- of its queues NOTIFYs it alone. wake_channel NULL: no mark (not listening).
 , claimed AS (
     UPDATE {schema}.jobs AS j
     SET status = 'processing', attempts = j.attempts + 1,
@@ -192,6 +212,19 @@ durability AS (
                            ELSE current_setting('synchronous_commit') END,
                       true) AS setting
     FROM claimed
+),
+unmarked AS (
+    DELETE FROM {schema}.job_wakeups AS w
+    WHERE w.id IN (SELECT m.id FROM {schema}.job_wakeups AS m
+                   WHERE m.channel = %(wake_channel)s::text OR m.until < now()
+                   FOR UPDATE SKIP LOCKED)
+),
+marked AS (
+    INSERT INTO {schema}.job_wakeups (channel, queues, until)
+    SELECT %(wake_channel)s::text, %(wake_queues)s::text[],
+           now() + make_interval(secs => %(wake_seconds)s)
+    WHERE %(wake_channel)s::text IS NOT NULL
+      AND (SELECT count(*) FROM claimed) < %(wake_free)s
 )
 SELECT claimed.* FROM claimed CROSS JOIN durability
 
@@ -223,6 +256,14 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 )
 {fragment_claim_rows};
+
+-- name: job_wakeup_unmark
+-- A stopping worker removes its wake-up marks (migration 0025), so no enqueue
+-- NOTIFYs a channel nobody LISTENs on any more (the job would wait for a poll).
+-- A mark an enqueue holds (SKIP LOCKED) is that enqueue's: its NOTIFY goes unheard.
+DELETE FROM {schema}.job_wakeups AS w
+WHERE w.id IN (SELECT m.id FROM {schema}.job_wakeups AS m WHERE m.channel = %(channel)s
+               FOR UPDATE SKIP LOCKED);
 
 -- name: job_claims_of_batch
 -- After a claim whose reply was lost (an ambiguous commit): the rows that claim
