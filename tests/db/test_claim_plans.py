@@ -33,9 +33,13 @@ def big_table(dsn: str) -> str:
     return dsn
 
 
+#: A claimant marking itself for wake-ups (fragment_claim_rows, migration 0025).
+WAKE = {"wake_channel": "probe", "wake_queues": None, "wake_free": 4, "wake_seconds": 60.0}
+
+
 def plan(db: Database, dsn: str, name: str) -> str:
     params = {"batch": uuid.uuid4(), "host": "probe", "grace": 60.0, "limit": 10,
-              "queues": ["default"]}
+              "queues": ["default"], **WAKE}
     with psycopg.connect(dsn) as conn:
         text = "\n".join(r[0] for r in conn.execute(
             "EXPLAIN " + db.sql(name), params))  # type: ignore[operator]
@@ -72,7 +76,7 @@ def piled_pod_runs(dsn: str) -> str:
 def analyzed(db: Database, dsn: str, name: str) -> str:
     """The executed plan (EXPLAIN ANALYZE) of a claim, rolled back: rows really walked."""
     params = {"batch": uuid.uuid4(), "host": "probe", "grace": 60.0, "limit": 10,
-              "queues": ["default"]}
+              "queues": ["default"], **WAKE}
     with psycopg.connect(dsn) as conn:
         text = "\n".join(r[0] for r in conn.execute(
             "EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) "

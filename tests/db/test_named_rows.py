@@ -48,6 +48,7 @@ PARAMS: dict[str, Any] = {
     "after_slot": None, "after_name": None, "slot": None, "force": False,
     "channel": "probe", "include_expired": False, "prefix": None,
     "lease_channel": "probe", "jobs_channel": "probe", "done_channel": "probe",
+    "wake_channel": "probe", "wake_queues": None, "wake_free": 1, "wake_seconds": 60.0,
 }
 #: Where a statement's parameter of a shared name has another type.
 OVERRIDES: dict[str, dict[str, Any]] = {"lease_clear_holder": {"token": 1}}

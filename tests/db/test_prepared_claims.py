@@ -87,7 +87,8 @@ def test_the_generic_plan_of_a_prepared_claim_walks_the_claim_index(
         conn.execute(prepare.encode())
         conn.execute("SET plan_cache_mode = force_generic_plan")
         values = {"batch": uuid.uuid4(), "host": "probe", "grace": 60.0, "limit": 10,
-                  "queues": ["default"]}
+                  "queues": ["default"], "wake_channel": "probe", "wake_queues": None,
+                  "wake_free": 4, "wake_seconds": 60.0}
         binder = psycopg.ClientCursor(conn)
         execute = binder.mogrify(f"EXPLAIN EXECUTE {statement}"
                                  f"({', '.join('%s' for _ in order)})",
