@@ -462,15 +462,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     continue
                 report("latency", {"workers": size, **latency(
                     dsn, jobs=args.trickle, gap=0.25, profile=profiled(running))})
-                if args.trickle_only:
-                    continue
-                for label, queues in (("one queue", QUEUES[:1]), ("four queues", QUEUES)):
+                for label, queues in (() if args.trickle_only else
+                                      (("one queue", QUEUES[:1]), ("four queues", QUEUES))):
                     found = drain(dsn, jobs=args.jobs, queues=queues,
                                   profile=profiled(running))
                     report("drain", {"workers": size, "queues": label, **found,
                                      "ratio_to_ruler": round(found["jobs_per_s"]
                                                              / ruler["jobs_per_s"], 2)})
-                if not args.drains_only:
+                if not (args.drains_only or args.trickle_only):
                     report("in_flight", {"workers": size, **in_flight(
                         admin, name, dsn, claims=size * args.concurrency, window=20)})
             if args.source and args.before_drains:
