@@ -30,6 +30,7 @@ Host mode, not image mode: see docs/testing-real-cluster.md ("Upgrades").
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import signal
@@ -64,9 +65,17 @@ from tests.e2e import podruntime as rt
 from tests.support import postgres, releases
 from tests.support.kube import Kubectl
 
-#: The first run on a machine builds the previous release's virtualenv (pip, minutes) in a
-#: fixture, which pytest-timeout counts; once cached the module takes ~3.5 min (two tests).
-pytestmark = [pytest.mark.realkube, pytest.mark.slow, pytest.mark.timeout(900)]
+#: Hang bounds, not speed claims (docs/testing-real-cluster.md, "Upgrades"). The first run
+#: on a machine builds the previous release's virtualenv (pip, minutes) in a fixture, which
+#: pytest-timeout counts. Helm creates, waits for and deletes the hook objects one at a
+#: time: on a plane at load 25-40 each cost it 20-40 s, and a CI machine runs the suite
+#: 3.7 times slower than a quiet one.
+pytestmark = [pytest.mark.realkube, pytest.mark.slow, pytest.mark.timeout(3600)]
+#: helm's own --timeout (each hook's wait, then --wait) and the bound on the helm process.
+HELM_TIMEOUT = "900s"
+HELM_PROCESS_SECONDS = 1200
+#: The bound on each wait for the cluster to reach a state (a rollout, a schedule firing).
+SETTLE_SECONDS = 600
 
 REPO = Path(__file__).resolve().parents[2]
 PREVIOUS = releases.previous()
@@ -85,6 +94,24 @@ BAD_LINE = re.compile(r'"level": "(ERROR|CRITICAL)"|Traceback|\b(ERROR|CRITICAL)
 KOPF_RETRY = re.compile(r'"logger": "kopf\._cogs\.clients\.watching", "message": '
                         r'"Request attempt #\d+/\d+ failed; will retry: .*'
                         r'storage is \(re\)initializing')
+#: The one traceback allowed, in a previous-release pod's log only: 0.1.0's HTTP server
+#: (``jobwarden/health.py``, a ThreadingHTTPServer) leaves socketserver to print the
+#: traceback of a client gone before its answer was written -- a probe past its
+#: timeoutSeconds on a loaded machine -- to stderr: "Exception occurred during processing
+#: of request from ...", frames ending in health.py's ``_send`` writing the answer, then
+#: BrokenPipeError (or ConnectionResetError: which errno a write to a reset socket gets
+#: is a race). A release cannot change; HEAD's server says one DEBUG line instead
+#: (CHANGELOG 0.2.0, "Fixed"; tests/unit/test_health_server.py).
+OLD_GONE_CLIENT = re.compile(
+    r"-{40}\nException occurred during processing of request from \(.*\)\n"
+    r"Traceback \(most recent call last\):\n"
+    r"(  File \".*\", line \d+, in \w+\n    .*\n)*"
+    r"  File \".*/jobwarden/health\.py\", line \d+, in _send\n    self\.wfile\.write\(.*\)\n"
+    r"  File \".*/socketserver\.py\", line \d+, in write\n    self\._sock\.sendall\(b\)\n"
+    r"(BrokenPipeError: \[Errno 32\] Broken pipe|"
+    r"ConnectionResetError: \[Errno 104\] Connection reset by peer)\n-{40}\n")
+#: A line a process's logging wrote (JSON, or the text format's timestamp), not stderr's.
+LOG_RECORD = re.compile(r"\{|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 #: The previous release's client: what an application not yet redeployed enqueues
 #: (plain jobs every 0.2 s, a long one every second, every other one not idempotent).
 OLD_CLIENT = """
@@ -277,6 +304,17 @@ def bad_lines(log: str) -> list[str]:
             if BAD_LINE.search(line) and not KOPF_RETRY.search(line)]
 
 
+def old_release_log(log: str) -> tuple[str, int]:
+    """A previous-release pod's log without the known gone-client tracebacks
+    (OLD_GONE_CLIENT), and how many there were. The log records other threads wrote
+    between a traceback's lines are kept (and checked)."""
+    lines = log.splitlines(keepends=True)
+    records = [line for line in lines if LOG_RECORD.match(line)]
+    printed, found = re.subn(OLD_GONE_CLIENT, "", "".join(
+        line for line in lines if not LOG_RECORD.match(line)))
+    return "".join(records) + printed, found
+
+
 def kopf_retries(log: str) -> int:
     return sum(1 for line in log.splitlines() if KOPF_RETRY.search(line))
 
@@ -314,6 +352,20 @@ def values(cluster: RealCluster, **extra: Any) -> Path:
     return cluster.values_file(cluster.base_values(**extra), f"values-{uuid.uuid4().hex}.yaml")
 
 
+def hook_seconds(cluster: RealCluster, release: str) -> dict[str, float]:
+    """Each hook object of the last revision: seconds from helm's creating it to its being
+    ready (helm's own record; its deletions before and after are not counted)."""
+    def at(stamp: str) -> datetime.datetime:  # RFC 3339, nanoseconds cut to micro
+        return datetime.datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", stamp)
+                                               .replace("Z", "+00:00"))
+
+    status = json.loads(cluster.helm("status", release, "-n", cluster.namespace, "-o", "json"))
+    return {f'{h["kind"]}/{h["name"]}': round(
+                (at(h["last_run"]["completed_at"]) - at(h["last_run"]["started_at"]))
+                .total_seconds(), 1)
+            for h in status.get("hooks") or [] if h.get("last_run", {}).get("completed_at")}
+
+
 def assert_drained_before_deleted(cluster: RealCluster, pods: set[str]) -> list[float]:
     """Every pod in ``pods`` was draining (or unregistered) and idle when the kubelet saw
     its deletion, and exited on SIGTERM; its drain time (annotation -> deletion) returned."""
@@ -346,20 +398,22 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
 
     # The previous release, as installed: its chart (CRDs from its crds/), its operator.
     cluster.helm("install", release, str(old_chart), "-n", ns, "-f", str(values(cluster)),
-                 "--wait", "--timeout", "180s", timeout=240)
+                 "--wait", "--timeout", HELM_TIMEOUT, timeout=HELM_PROCESS_SECONDS)
+    figures["helm_install_seconds"] = round(time.monotonic() - began, 1)
     assert operator_code(cluster) == (OLD_OPERATOR, str(previous.python))
     assert migrations(dsn) == migration_files(previous.source)
     apply_workload(cluster)
-    cluster.wait(lambda: pool_settled(cluster, PREVIOUS.version), timeout=120,
+    cluster.wait(lambda: pool_settled(cluster, PREVIOUS.version), timeout=SETTLE_SECONDS,
                  what="the previous release's worker")
     first_workers = worker_pods(cluster)
 
     load = OldClient(previous, dsn, cluster.workdir / "old-client.log")
     try:
         cluster.wait(lambda: last_job(cluster, "tick") and last_job(cluster, "pod-tick")
-                     and exclusive_done(cluster, "before"), timeout=120,
+                     and exclusive_done(cluster, "before"), timeout=SETTLE_SECONDS,
                      what="both schedules and the exclusive job run by the previous release")
-        cluster.wait(lambda: len(load.lines("short")) >= 10, timeout=60, what="load flowing")
+        cluster.wait(lambda: len(load.lines("short")) >= 10, timeout=SETTLE_SECONDS,
+                     what="load flowing")
 
         # 1. helm upgrade to HEAD, its CRDs applied by the hook Job first.
         crds_before = {c["metadata"]["name"]: c for c in cluster.api.list(
@@ -368,8 +422,9 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
         upgrade_at = time.monotonic()
         cluster.helm("upgrade", release, str(CHART), "-n", ns, "-f",
                      str(values(cluster, crds={"upgradeJob": {"enabled": True}})),
-                     "--wait", "--timeout", "180s", timeout=240)
+                     "--wait", "--timeout", HELM_TIMEOUT, timeout=HELM_PROCESS_SECONDS)
         figures["helm_upgrade_seconds"] = round(time.monotonic() - upgrade_at, 1)
+        figures["hook_seconds"] = hook_seconds(cluster, release)
         (hook,) = [p for p in cluster.kubelet.pods.values() if p.container == "kubectl"]
         assert hook.image.startswith(f"{KUBECTL}:v") and hook.proc.wait(timeout=30) == 0, \
             hook.logs()
@@ -382,7 +437,7 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
                        for f in served["metadata"]["managedFields"]), name
             assert served["status"]["storedVersions"] == ["v1alpha1"], name
             assert name in crds_before
-        cluster.wait(lambda: new_operator_running(cluster, NEW_OPERATOR), timeout=120,
+        cluster.wait(lambda: new_operator_running(cluster, NEW_OPERATOR), timeout=SETTLE_SECONDS,
                      what="HEAD's operator")
         assert operator_code(cluster) == (NEW_OPERATOR, sys.executable)
         # HEAD's operator migrated the schema at start (before it answered ready).
@@ -392,39 +447,43 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
 
         # Objects applied under the previous CRDs are reconciled by HEAD's operator.
         cluster.wait(lambda: all(last_job(cluster, n) > ticks[n] for n in ticks),
-                     timeout=90, what="both schedules firing under HEAD's operator")
+                     timeout=SETTLE_SECONDS, what="both schedules firing under HEAD's operator")
         exclusive(cluster, "after-upgrade")
-        cluster.wait(lambda: exclusive_done(cluster, "after-upgrade"), timeout=90,
+        cluster.wait(lambda: exclusive_done(cluster, "after-upgrade"), timeout=SETTLE_SECONDS,
                      what="an ExclusiveJob applied after the upgrade")
 
         # 2. The application image moves to HEAD: every previous-release worker drained.
+        rollout_at = time.monotonic()
         cluster.kubectl("patch", "wp", "workers", "-n", ns, "--type=merge",
                         "-p", json.dumps({"spec": {"image": NEW_APP}}))
         cluster.wait(lambda: pool_settled(cluster, VERSION)
-                     and not (first_workers & worker_pods(cluster)), timeout=150,
+                     and not (first_workers & worker_pods(cluster)), timeout=SETTLE_SECONDS,
                      what="the rollout to HEAD's workers")
+        figures["rollout_to_head_seconds"] = round(time.monotonic() - rollout_at, 1)
         head_workers = worker_pods(cluster)
 
         # 3. helm rollback to the previous release's chart: its operator on HEAD's schema.
         ticks = {name: last_job(cluster, name) for name in ("tick", "pod-tick")}
         rollback_at = time.monotonic()
-        cluster.helm("rollback", release, "1", "-n", ns, "--wait", "--timeout", "180s",
-                     timeout=240)
+        cluster.helm("rollback", release, "1", "-n", ns, "--wait", "--timeout", HELM_TIMEOUT,
+                     timeout=HELM_PROCESS_SECONDS)
         figures["helm_rollback_seconds"] = round(time.monotonic() - rollback_at, 1)
-        cluster.wait(lambda: new_operator_running(cluster, OLD_OPERATOR), timeout=120,
+        cluster.wait(lambda: new_operator_running(cluster, OLD_OPERATOR), timeout=SETTLE_SECONDS,
                      what="the previous release's operator again")
         assert operator_code(cluster) == (OLD_OPERATOR, str(previous.python))
         assert migrations(dsn) == migration_files(REPO), "the schema stays at HEAD's"
         cluster.wait(lambda: all(last_job(cluster, n) > ticks[n] for n in ticks),
-                     timeout=90, what="both schedules firing after the rollback")
+                     timeout=SETTLE_SECONDS, what="both schedules firing after the rollback")
         exclusive(cluster, "after-rollback")
-        cluster.wait(lambda: exclusive_done(cluster, "after-rollback"), timeout=90,
+        cluster.wait(lambda: exclusive_done(cluster, "after-rollback"), timeout=SETTLE_SECONDS,
                      what="an ExclusiveJob applied after the rollback")
+        rollout_at = time.monotonic()
         cluster.kubectl("patch", "wp", "workers", "-n", ns, "--type=merge",
                         "-p", json.dumps({"spec": {"image": OLD_APP}}))
         cluster.wait(lambda: pool_settled(cluster, PREVIOUS.version)
-                     and not (head_workers & worker_pods(cluster)), timeout=150,
+                     and not (head_workers & worker_pods(cluster)), timeout=SETTLE_SECONDS,
                      what="the rollout back to the previous release's workers")
+        figures["rollout_back_seconds"] = round(time.monotonic() - rollout_at, 1)
     finally:
         exit_code = load.stop()
     with psycopg.connect(dsn, autocommit=True) as conn:
@@ -441,7 +500,7 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
                 "WHERE created_at <= %s AND run_at <= %s AND status <> 'completed'",
                 (stop, stop)).fetchall()
 
-    cluster.wait(lambda: not unfinished(), timeout=120, what="every job completed")
+    cluster.wait(lambda: not unfinished(), timeout=SETTLE_SECONDS, what="every job completed")
     with psycopg.connect(dsn, autocommit=True) as conn:
         jobs = conn.execute(
             "SELECT id, job_class, attempts, schedule_name, pod_run FROM jobwarden.jobs "
@@ -465,7 +524,12 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
     # No error or traceback in any previous-release pod's log (operator, workers, runs).
     old_pods = [p for p in cluster.kubelet.pods.values() if p.image in (OLD_OPERATOR, OLD_APP)]
     assert {p.container for p in old_pods} >= {"operator", "worker", "job"}
-    problems = {p.name: bad_lines(p.logs())[:5] for p in old_pods if bad_lines(p.logs())}
+    problems, gone_clients = {}, 0
+    for pod in old_pods:
+        log, found = old_release_log(pod.logs())
+        gone_clients += found
+        if bad_lines(log):
+            problems[pod.name] = bad_lines(log)[:5]
     assert problems == {}, problems
 
     figures.update({
@@ -477,6 +541,7 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
         "previous_release_pods": len(old_pods),
         "worker_pods_deleted": len(deleted),
         "drain_seconds": sorted(round(d, 1) for d in drains),
+        "previous_release_gone_client_tracebacks": gone_clients,
         "kopf_retry_error_lines": sum(kopf_retries(p.logs())
                                       for p in cluster.kubelet.pods.values()),
         "head_pods_with_error_lines": sorted(
