@@ -17,7 +17,6 @@ from pathlib import Path
 
 import uvicorn
 from selenium import webdriver
-from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
@@ -97,20 +96,37 @@ def chromium(profile: Path, *, flags: tuple[str, ...] = ()) -> Iterator[webdrive
         chrome.quit()
 
 
+#: How navigate() and text_of() find an element in the page's own script, by Selenium locator kind.
+_FIND = {By.XPATH: "document.evaluate(arguments[0], document, null, "
+                   "XPathResult.FIRST_ORDERED_NODE_TYPE, null).singleNodeValue",
+         By.ID: "document.getElementById(arguments[0])",
+         By.CSS_SELECTOR: "document.querySelector(arguments[0])",
+         By.CLASS_NAME: "document.getElementsByClassName(arguments[0])[0]",
+         By.TAG_NAME: "document.getElementsByTagName(arguments[0])[0]"}
+
+
+def text_of(browser: WebDriver, by: str, value: str) -> str:
+    """The shown text of what ``(by, value)`` finds, read in one script call (a lookup
+    and a read as two calls may straddle a live refresh's swap); fails when absent."""
+    text = browser.execute_script(f"const e = {_FIND[by]}; return e ? e.innerText : null;",
+                                  value)
+    assert text is not None, f"nothing found by {by} {value!r}"
+    return str(text)
+
+
 def navigate(browser: WebDriver, by: str, value: str) -> None:
     """Click what ``(by, value)`` finds, which loads a new page; wait for that page.
 
-    The element is looked up at the click: the live refresh may have swapped it
-    for an identical fresh one meanwhile (then the lookup is retried).
+    The element is found and clicked in one script call, and only when it is shown: the
+    live refresh (every 0.5 s here) swaps the rows for identical fresh ones, and on a
+    loaded machine a lookup and a click made as two WebDriver calls straddled a swap every
+    time for 90 s (StaleElementReferenceException, seen in a fresh-clone run).
     """
     page = browser.find_element(By.TAG_NAME, "html")
-
-    def click(driver: WebDriver) -> bool:
-        driver.find_element(by, value).click()
-        return True
-
-    WebDriverWait(browser, PAGE_WAIT,
-                  ignored_exceptions=(StaleElementReferenceException,)).until(click)
+    script = (f"const e = {_FIND[by]};"
+              " if (!e || e.getClientRects().length === 0) return false;"
+              " e.click(); return true;")
+    WebDriverWait(browser, PAGE_WAIT).until(lambda b: b.execute_script(script, value))
     WebDriverWait(browser, PAGE_WAIT).until(expected_conditions.staleness_of(page))
     WebDriverWait(browser, PAGE_WAIT).until(
         lambda b: b.execute_script("return document.readyState") == "complete")

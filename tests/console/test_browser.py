@@ -33,7 +33,7 @@ from jobwarden.console.settings import ConsoleSettings
 from jobwarden.db.database import Database
 from jobwarden.structs.jobs import Completion, Failure
 from jobwarden.structs.states import JobStatus
-from tests.console.browser import PAGE_WAIT, chromium, navigate, serve
+from tests.console.browser import PAGE_WAIT, chromium, navigate, serve, text_of
 from tests.support import testjobs
 from tests.support.waiting import wait_for
 
@@ -102,16 +102,6 @@ def seeded(client: jobwarden.Client, db: Database) -> dict[str, int]:
     return {"failed": failed, "xss": xss, "mail": mail[0]}
 
 
-def _text(browser: WebDriver, element_id: str) -> str:
-    """The shown text of the element with this id, read in one script call.
-
-    ``find_element(...).text`` is two calls: the live refresh (every 0.5 s here)
-    may swap the element in between (StaleElementReferenceException, seen under load).
-    """
-    return str(browser.execute_script(
-        "return document.getElementById(arguments[0]).innerText", element_id))
-
-
 def _shot(browser: WebDriver, folder: Path, name: str) -> None:
     browser.save_screenshot(str(folder / f"{name}.png"))
 
@@ -135,7 +125,7 @@ def test_every_page_renders_in_the_browser(browser: WebDriver, console_url: str,
                                ("/leases", "leases", "reports:nightly"),
                                ("/hosts", "hosts", "worker-a")]:
         browser.get(console_url + path)
-        assert marker in browser.find_element(By.TAG_NAME, "main").text, path
+        assert marker in text_of(browser, By.TAG_NAME, "main"), path
         _shot(browser, screenshots, name)
     logs = [e for e in browser.get_log("browser") if e.get("level") == "SEVERE"]
     assert logs == []  # no CSP violation, no script error, no missing asset
@@ -153,8 +143,8 @@ def test_filter_then_open_a_job(browser: WebDriver, console_url: str,
     assert statuses == ["failed"] * 3
     _shot(browser, screenshots, "jobs-filtered")
     navigate(browser, By.CSS_SELECTOR, "#jobs tbody tr[data-job] a")
-    assert _text(browser, "job-status") == "failed"
-    assert "KeyError" in _text(browser, "attempts")
+    assert text_of(browser, By.ID, "job-status") == "failed"
+    assert "KeyError" in text_of(browser, By.ID, "attempts")
 
 
 def test_retry_a_failed_job(browser: WebDriver, console_url: str, client: jobwarden.Client,
@@ -162,8 +152,8 @@ def test_retry_a_failed_job(browser: WebDriver, console_url: str, client: jobwar
     job_id = seeded["failed"]
     browser.get(f"{console_url}/jobs/{job_id}")
     navigate(browser, By.XPATH, "//button[text()='Retry']")
-    assert "will run again" in browser.find_element(By.CLASS_NAME, "notice").text
-    assert _text(browser, "job-status") == "pending"
+    assert "will run again" in text_of(browser, By.CLASS_NAME, "notice")
+    assert text_of(browser, By.ID, "job-status") == "pending"
     assert client.job(job_id).status is JobStatus.PENDING
 
 
@@ -183,12 +173,12 @@ def test_bulk_cancel_asks_for_confirmation(browser: WebDriver, console_url: str,
     browser.get(console_url + "/jobs?queue=mail")
     Select(browser.find_element(By.ID, "bulk-action")).select_by_value("cancel")
     navigate(browser, By.ID, "bulk-preview")
-    assert browser.find_element(By.ID, "confirm-count").text.startswith("3 job(s)")
+    assert text_of(browser, By.ID, "confirm-count").startswith("3 job(s)")
     _shot(browser, screenshots, "bulk-confirm")
     mail = jobwarden.structs.search.JobFilter(queue="mail")
     assert {j.status for j in client.search(mail)} == {JobStatus.PENDING}
     navigate(browser, By.ID, "confirm-yes")
-    assert "3 job(s) cancelled" in browser.find_element(By.CLASS_NAME, "notice").text
+    assert "3 job(s) cancelled" in text_of(browser, By.CLASS_NAME, "notice")
     assert {j.status for j in client.search(mail)} == {JobStatus.CANCELLED}
     assert client.job(seeded["xss"]).status is JobStatus.PENDING
 
@@ -196,7 +186,7 @@ def test_bulk_cancel_asks_for_confirmation(browser: WebDriver, console_url: str,
 def test_a_script_in_job_data_is_shown_as_text(browser: WebDriver, console_url: str,
                                                seeded: dict[str, int]) -> None:
     browser.get(f"{console_url}/jobs/{seeded['xss']}")
-    shown = _text(browser, "job-data")
+    shown = text_of(browser, By.ID, "job-data")
     assert "<script>window.__pwned = 1</script>" in shown and "<img src=x onerror=" in shown
     assert browser.execute_script("return window.__pwned === undefined")
     assert browser.execute_script(
@@ -214,7 +204,7 @@ def test_an_action_without_the_csrf_token_is_refused(browser: WebDriver, console
     browser.execute_script(
         "document.querySelectorAll('input[name=csrf]').forEach(e => e.remove())")
     navigate(browser, By.XPATH, "//button[text()='Retry']")
-    assert "security token" in browser.find_element(By.ID, "error").text
+    assert "security token" in text_of(browser, By.ID, "error")
     assert client.job(job_id).status is JobStatus.FAILED
 
 
@@ -223,7 +213,7 @@ def test_pages_update_live_without_a_reload(browser: WebDriver, console_url: str
                                             seeded: dict[str, int]) -> None:
     job_id = seeded["mail"]
     browser.get(f"{console_url}/jobs/{job_id}")
-    assert _text(browser, "job-status") == "pending"
+    assert text_of(browser, By.ID, "job-status") == "pending"
     browser.execute_script("window.__sameDocument = true")
     client.cancel(job_id)
 

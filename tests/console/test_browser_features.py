@@ -28,7 +28,7 @@ from jobwarden import errors
 from jobwarden.console.settings import ConsoleSettings
 from jobwarden.db.database import Database
 from jobwarden.structs.jobs import Completion, Failure
-from tests.console.browser import PAGE_WAIT, chromium, navigate, serve
+from tests.console.browser import PAGE_WAIT, chromium, navigate, serve, text_of
 from tests.support import testjobs
 from tests.support.waiting import wait_for
 
@@ -87,13 +87,13 @@ def test_the_header_jumps_to_a_job(browser: WebDriver, console_url: str,
     browser.find_element(By.ID, "jump-id").send_keys(f"#{job_id}")
     navigate(browser, By.ID, "jump-go")
     assert browser.current_url == f"{console_url}/jobs/{job_id}"
-    assert browser.find_element(By.ID, "job-status").text == "failed"
+    assert text_of(browser, By.ID, "job-status") == "failed"
     browser.find_element(By.ID, "jump-id").send_keys("12; DROP TABLE jobs")
     navigate(browser, By.ID, "jump-go")
-    assert "not a job id" in browser.find_element(By.ID, "error").text
+    assert "not a job id" in text_of(browser, By.ID, "error")
     browser.find_element(By.ID, "jump-id").send_keys(str(job_id + 1000))
     navigate(browser, By.ID, "jump-go")
-    assert f"no job with id {job_id + 1000}" in browser.find_element(By.ID, "error").text
+    assert f"no job with id {job_id + 1000}" in text_of(browser, By.ID, "error")
     # The 400 and the 404 themselves are logged (network); nothing else is.
     assert [e for e in _severe(browser) if e["source"] != "network"] == []  # type: ignore[index]
 
@@ -118,8 +118,11 @@ def test_the_overview_draws_charts_and_shows_running_jobs_live(
     assert all(b["height"] > 0 for b in completed + failed)
     assert {b["fill"] for b in completed} == {"rgb(27, 127, 59)"}
     assert {b["fill"] for b in failed} == {"rgb(179, 38, 30)"}
-    row = browser.find_element(By.CSS_SELECTOR, f"#running tr[data-job='{running}']")
-    assert "worker-7" in row.text
+    # Read in one script call: the live refresh may swap the row between two calls.
+    row = browser.execute_script("const r = document.querySelector(arguments[0]);"
+                                 " return r ? r.innerText : null;",
+                                 f"#running tr[data-job='{running}']")
+    assert row is not None and "worker-7" in row
     browser.save_screenshot(str(screenshots / "overview-charts.png"))
     # A job claimed now shows up without a reload (the live fragment).
     browser.execute_script("window.__sameDocument = true")
@@ -137,12 +140,11 @@ def test_delete_a_failed_job_through_its_confirmation(browser: WebDriver, consol
     job_id = _failed(client, db)
     browser.get(f"{console_url}/jobs/{job_id}")
     navigate(browser, By.XPATH, "//button[text()='Delete…']")
-    assert "failed" in browser.find_element(By.ID, "delete-facts").text
+    assert "failed" in text_of(browser, By.ID, "delete-facts")
     browser.save_screenshot(str(screenshots / "delete-confirm.png"))
     assert client.job(job_id).job_class  # still there while asking
     navigate(browser, By.ID, "confirm-yes")
-    assert f"deleted job {job_id} (failed)" in browser.find_element(By.CLASS_NAME,
-                                                                    "notice").text
+    assert f"deleted job {job_id} (failed)" in text_of(browser, By.CLASS_NAME, "notice")
     with pytest.raises(errors.JobNotFound):
         client.job(job_id)
 
@@ -153,13 +155,12 @@ def test_clear_a_lease_through_its_confirmation(browser: WebDriver, console_url:
                                 host="worker-a")
     browser.get(console_url + "/leases")
     navigate(browser, By.XPATH, "//table[@id='leases']//button[text()='Clear…']")
-    facts = browser.find_element(By.ID, "lease-facts").text
+    facts = text_of(browser, By.ID, "lease-facts")
     assert "job-17 on worker-a" in facts and str(got.token) in facts
-    assert "has not lapsed" in browser.find_element(By.ID, "live-holder").text
+    assert "has not lapsed" in text_of(browser, By.ID, "live-holder")
     browser.save_screenshot(str(screenshots / "lease-clear-confirm.png"))
     assert db.leases.owner_of("reports:nightly") == "job-17"
     navigate(browser, By.ID, "confirm-yes")
-    assert "cleared lease reports:nightly slot 0" in browser.find_element(
-        By.CLASS_NAME, "notice").text
+    assert "cleared lease reports:nightly slot 0" in text_of(browser, By.CLASS_NAME, "notice")
     assert db.leases.owner_of("reports:nightly") is None
     assert _severe(browser) == []
