@@ -99,5 +99,9 @@ def test_an_error_of_the_servers_own_is_logged_with_its_traceback(
     finally:
         server.close()
     assert [r.name for r in errors] == ["jobwarden.http"]
-    assert errors[0].exc_info is not None and errors[0].exc_info[0] is ValueError
+    # The traceback is in the record: as its exc_info, or folded into its message when the
+    # tick route's token filter sits on this logger (a worker serving /tick; another test
+    # in this process may have added it).
+    shown = logging.Formatter().format(errors[0])
+    assert "Traceback" in shown and "ValueError: a probe callback failed" in shown
     assert capsys.readouterr().err == ""
