@@ -65,6 +65,7 @@ def test_an_exclusive_job_in_a_pod_defers_while_its_key_is_held_without_a_pod(
     scenarios.exclusive_defers_without_a_pod(realkube.site())
 
 
+@pytest.mark.timeout(600)  # two 45 s start deadlines and a retry, on a slow machine
 def test_a_pod_that_never_starts_for_a_missing_secret_is_reported_and_its_run_retried(
         realkube: RealCluster) -> None:
     """The kubelet cannot create the container (CreateContainerConfigError) until the
@@ -73,6 +74,7 @@ def test_a_pod_that_never_starts_for_a_missing_secret_is_reported_and_its_run_re
     scenarios.never_started_pod_is_retried(realkube.site(), scenarios.MISSING_SECRET)
 
 
+@pytest.mark.timeout(600)  # two 45 s start deadlines and a retry, on a slow machine
 def test_an_unschedulable_pod_is_reported_and_its_run_retried_on_a_node_that_joins(
         realkube: RealCluster) -> None:
     """No node has the label the template selects: PodScheduled=False, Unschedulable, as
