@@ -28,11 +28,13 @@ def _sample(name: str, **labels: str) -> float:
     return metrics.REGISTRY.get_sample_value(name, labels) or 0.0
 
 
-def _reply_lost_once(table: Any, method: str, *, when: Callable[[Any], bool]) -> threading.Event:
+def _reply_lost_once(table: Any, method: str, *, when: Callable[[Any], bool],
+                     injected: threading.Event | None = None) -> threading.Event:
     """Patch ``table.method``: the first call whose result matches ``when`` commits, then
-    raises as a lost reply would. Returns an event set when the fault was injected."""
+    raises as a lost reply would. Returns an event set when the fault was injected (pass
+    one to share it between methods: the fault is injected once in all)."""
     real = getattr(table, method)
-    injected = threading.Event()
+    injected = injected or threading.Event()
 
     def call(*args: Any, **kwargs: Any) -> Any:
         result = real(*args, **kwargs)
@@ -50,7 +52,11 @@ def test_a_claim_whose_reply_was_lost_runs_its_jobs_once(
         client: jobwarden.Client, start_worker: Callable[..., Worker], dsn: str) -> None:
     # heartbeat_grace 60: without recovery the jobs would sit claimed until reaped.
     worker = start_worker(concurrency=4, heartbeat_grace=60.0)
+    # An idle worker claims through claim_idle (it returns the claims and the next due
+    # time): whichever claim takes the jobs loses its reply.
     injected = _reply_lost_once(worker.db.jobs, "claim", when=bool)
+    _reply_lost_once(worker.db.jobs, "claim_idle", when=lambda r: bool(r[0]),
+                     injected=injected)
     ids = [r.id for r in client.enqueue_many(testjobs.Record, [None] * 3, idempotent=False)]
     # A deadline for a loaded machine (a fresh clone's CI missed 15 s once), not a speed.
     assert injected.wait(60), "no claim took the jobs"
