@@ -82,9 +82,12 @@ def test_a_deleted_resource_leaves_no_series_behind() -> None:
                           ("JobSchedule", schedule)):
         resource_metrics.forget(kind, deleted)
     text = _scrape()
+    # The deleted resources' own labels: a schedule named "gone" by another test in this
+    # process (``schedule="gone"``) is not this pool's.
     assert [line for line in text.splitlines()
             if not line.startswith("#") and any(
-                mark in line for mark in ('"gone"', "app/once", "app/nightly"))] == []
+                mark in line for mark in ('pool="gone"', '"app/gone"', '"app/once"',
+                                          '"app/nightly"'))] == []
     # Created again under the same name: primed again, at 0.
     metrics.prime_pod_runs("ExclusiveJob", "app/once")
     assert 'jobwarden_pod_runs_total{kind="ExclusiveJob",resource="app/once"} 0.0' in _scrape()
