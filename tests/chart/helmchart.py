@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
+from tests.support import yamlio
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "jobwarden"
@@ -33,7 +33,7 @@ def scenarios() -> list[str]:
 def values_of(scenario: str) -> dict[str, Any] | None:
     if scenario == "default":
         return None
-    return dict(yaml.safe_load((CHART / "ci" / scenario).read_text()) or {})
+    return dict(yamlio.load((CHART / "ci" / scenario).read_text()) or {})
 
 
 def lint(values: dict[str, Any] | None) -> dict[str, Any]:
@@ -77,7 +77,7 @@ def manifests(values: dict[str, Any] | None) -> list[dict[str, Any]]:
     for path, text in sorted(render(values).items()):
         if path.endswith(".txt"):
             continue
-        docs.extend(doc for doc in yaml.safe_load_all(text) if doc)
+        docs.extend(doc for doc in yamlio.load_all(text) if doc)
     return docs
 
 

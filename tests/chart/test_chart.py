@@ -15,6 +15,8 @@ import pytest
 import yaml
 from helmchart import CHART, NAMESPACE, ROOT, lint, manifests, render, scenarios, values_of
 
+from tests.support import yamlio
+
 pytest.importorskip(
     "helm_python", reason="pip install helm-python-sdk (Helm's Go engine: render and lint)"
 )
@@ -315,7 +317,7 @@ def test_monitors_are_rendered_only_where_their_api_is_served() -> None:
               "prometheusRule": {"enabled": True}}
     rendered = render(values, raw=True)
     kinds = {doc["kind"] for path, text in rendered.items() if not path.endswith(".txt")
-             for doc in yaml.safe_load_all(text) if doc and "kind" in doc}
+             for doc in yamlio.load_all(text) if doc and "kind" in doc}
     assert not kinds & {"PodMonitor", "ServiceMonitor", "PrometheusRule"}
     notes = rendered["jobwarden/templates/NOTES.txt"]
     assert "Not created: PodMonitor, PrometheusRule, ServiceMonitor" in notes

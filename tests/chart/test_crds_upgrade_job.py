@@ -15,8 +15,9 @@ import re
 from typing import Any
 
 import pytest
-import yaml
 from helmchart import CHART, NAMESPACE, lint, manifests, render
+
+from tests.support import yamlio
 
 pytest.importorskip(
     "helm_python", reason="pip install helm-python-sdk (Helm's Go engine: render and lint)"
@@ -41,7 +42,7 @@ def jobwarden_crds() -> dict[str, str]:
     found = {}
     for path in sorted((CHART / "crds").glob("*.yaml")):
         text = path.read_text()
-        for doc in yaml.safe_load_all(text):
+        for doc in yamlio.load_all(text):
             if doc and doc["spec"]["group"] == "jobwarden.io":
                 found[doc["metadata"]["name"]] = text
     return found
@@ -87,7 +88,7 @@ def test_the_job_applies_exactly_the_charts_jobwarden_crds_and_not_kopfs() -> No
     assert set(shipped) == set(expected) == {
         "workerpools.jobwarden.io", "jobschedules.jobwarden.io", "exclusivejobs.jobwarden.io"}
     for name, text in expected.items():
-        assert shipped[name] == yaml.safe_load(text), name
+        assert shipped[name] == yamlio.load(text), name
     # The ConfigMap stays under the API server's 1 MiB object limit.
     assert len(json.dumps(config).encode()) < 1024 * 1024
 

@@ -15,8 +15,9 @@ import venv
 from pathlib import Path
 
 import pytest
-import yaml
 from helmchart import CHART, ROOT
+
+from tests.support import yamlio
 
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
@@ -49,7 +50,7 @@ def test_runtime_installs_only_wheels_from_the_build_stage() -> None:
 def test_image_runs_as_the_numeric_user_the_chart_expects() -> None:
     users = [rest for word, rest in instructions() if word == "USER"]
     assert users == ["10001:10001"]
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values = yamlio.load((CHART / "values.yaml").read_text())
     assert values["operator"]["podSecurityContext"]["runAsUser"] == 10001
 
 

@@ -11,6 +11,8 @@ import pytest
 from helmchart import CHART, ROOT, manifests, values_of
 from metricnames import check, documented, substitute_grafana_variables
 
+from tests.support import yamlio
+
 pytest.importorskip("promql_parser", reason="pip install promql-parser (parses PromQL)")
 
 CATALOG = documented()
@@ -164,10 +166,9 @@ def test_rule_thresholds_follow_the_values() -> None:
 def test_rules_render_from_the_previous_releases_values() -> None:
     """``helm upgrade --reuse-values`` from 0.1.0 renders with 0.1.0's values, which lack
     the keys 0.2.0 added (drainStuck.marginSeconds, window): the rules still parse."""
-    import yaml
     from helmchart import CHART
 
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    values = yamlio.load((CHART / "values.yaml").read_text())
     values["database"]["dsn"] = "postgresql://u@h/db"
     values["prometheusRule"]["enabled"] = True
     del values["metrics"]["onlyWhenApiExists"]  # 0.1.0 had none: rendered as before

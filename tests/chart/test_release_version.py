@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import yaml
-
 from jobwarden.version import VERSION
+from tests.support import yamlio
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "jobwarden"
 
 
 def test_the_chart_version_and_app_version_are_the_release() -> None:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    chart = yamlio.load((CHART / "Chart.yaml").read_text())
     assert (chart["version"], chart["appVersion"]) == (VERSION, VERSION)

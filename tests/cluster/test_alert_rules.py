@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from tests.chart.helmchart import manifests
+from tests.support import yamlio
 
 HERE = Path(__file__).resolve().parent
 UNIT_TESTS = HERE / "alerts" / "alerts.test.yaml"
@@ -55,14 +56,14 @@ def promtool(*args: str, cwd: Path) -> str:
 def test_promtool_accepts_every_rule(tmp_path: Path):
     rules = rendered_rules(tmp_path)
     out = promtool("check", "rules", rules.name, cwd=tmp_path)
-    count = len(yaml.safe_load(rules.read_text())["groups"][0]["rules"])
+    count = len(yamlio.load(rules.read_text())["groups"][0]["rules"])
     assert f"SUCCESS: {count} rules found" in out
 
 
 def test_every_alert_has_a_unit_test(tmp_path: Path):
-    rules = yaml.safe_load(rendered_rules(tmp_path).read_text())
+    rules = yamlio.load(rendered_rules(tmp_path).read_text())
     alerts = {r["alert"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
-    tests = yaml.safe_load(UNIT_TESTS.read_text())["tests"]
+    tests = yamlio.load(UNIT_TESTS.read_text())["tests"]
     tested = {t["alertname"] for case in tests for t in case.get("alert_rule_test") or []}
     firing = {t["alertname"] for case in tests for t in case.get("alert_rule_test") or []
               if t.get("exp_alerts")}

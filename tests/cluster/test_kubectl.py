@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from tests.cluster.conftest import RealCluster
+from tests.support import yamlio
 from tests.support.kube import KubectlError
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
@@ -30,7 +30,7 @@ DOCS = REPO / "docs" / "kubernetes.md"
 def documented_examples() -> list[dict[str, Any]]:
     """Every jobwarden.io manifest in a yaml code block of docs/kubernetes.md."""
     blocks = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.S)
-    return [doc for block in blocks for doc in yaml.safe_load_all(block)
+    return [doc for block in blocks for doc in yamlio.load_all(block)
             if isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith("jobwarden.io/")]
 
 

@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from jobwarden.controller.podruns import pods as runpods
 from jobwarden.structs.states import JobStatus
 from tests.cluster.conftest import RealCluster, secret
+from tests.support import yamlio
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
 
@@ -28,7 +28,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md"
 
 def documented_pod_run() -> dict[str, Any]:
     for block in re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.S):
-        for doc in yaml.safe_load_all(block):
+        for doc in yamlio.load_all(block):
             if isinstance(doc, dict) and "podTemplate" in (doc.get("spec") or {}):
                 return doc
     raise AssertionError("docs/kubernetes.md shows no pod-run example")

@@ -20,6 +20,7 @@ import yaml
 from crdschema import ROOT
 
 from tests.cluster.tools import ToolsUnavailable, kube_tools
+from tests.support import yamlio
 
 CRDS = sorted((ROOT / "crds").glob("*.yaml"))
 
@@ -41,7 +42,7 @@ def test_every_crd_passes_the_api_server_s_validation(validator: Path) -> None:
 
 def test_the_validator_refuses_what_the_api_server_refuses(validator: Path,
                                                            tmp_path: Path) -> None:
-    crd = yaml.safe_load((ROOT / "crds" / "jobwarden.io_jobschedules.yaml").read_text())
+    crd = yamlio.load((ROOT / "crds" / "jobwarden.io_jobschedules.yaml").read_text())
     version = crd["spec"]["versions"][0]
     version["additionalPrinterColumns"][0]["type"] = "datetime"  # not a column type
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]

@@ -9,8 +9,9 @@ from typing import Any
 
 import crdschema
 import pytest
-import yaml
 from crdschema import ROOT, admit, load_crds, resolve_json_path, schema_of, structural_errors
+
+from tests.support import yamlio
 
 pytest.importorskip("jsonschema", reason="pip install jsonschema (validates the OpenAPI schemas)")
 pytest.importorskip("celpy", reason="pip install cel-python (evaluates the CRDs' CEL rules)")
@@ -25,7 +26,7 @@ def documented_examples() -> list[dict[str, Any]]:
     blocks = re.findall(r"```yaml\n(.*?)```", DOCS.read_text(), flags=re.S)
     found = []
     for block in blocks:
-        for doc in yaml.safe_load_all(block):
+        for doc in yamlio.load_all(block):
             if isinstance(doc, dict) and str(doc.get("apiVersion", "")).startswith("jobwarden.io/"):
                 found.append(doc)
     return found

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from jobwarden.controller import specs
 from jobwarden.controller.exclusivejobs import status as xst
@@ -25,6 +24,7 @@ from jobwarden.controller.kube import status as st
 from jobwarden.structs.jobs import JobRecord
 from jobwarden.structs.leases import LeaseRecord
 from jobwarden.structs.states import JobStatus
+from tests.support import yamlio
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
@@ -32,7 +32,7 @@ T0 = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
 
 def crd_schema(kind: str) -> dict[str, Any]:
     for path in sorted((ROOT / "crds").glob("*.yaml")):
-        for doc in yaml.safe_load_all(path.read_text()):
+        for doc in yamlio.load_all(path.read_text()):
             if doc and doc.get("spec", {}).get("names", {}).get("kind") == kind:
                 version = next(v for v in doc["spec"]["versions"] if v["name"] == "v1alpha1")
                 return dict(version["schema"]["openAPIV3Schema"])
@@ -139,7 +139,7 @@ def test_the_condition_types_written_are_the_documented_ones(kind: str, types: s
 def documented_examples() -> list[dict[str, Any]]:
     text = (ROOT / "docs" / "kubernetes.md").read_text()
     blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
-    docs = [yaml.safe_load(b) for b in blocks]
+    docs = [yamlio.load(b) for b in blocks]
     return [d for d in docs if isinstance(d, dict)
             and str(d.get("apiVersion", "")).startswith("jobwarden.io/")]
 

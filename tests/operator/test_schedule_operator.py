@@ -8,6 +8,7 @@ from typing import Any
 
 from jobwarden.api.client import Client
 from tests.operator.conftest import OperatorProcess, condition, log_lines
+from tests.support import yamlio
 from tests.support.kube import KubeAPI, Kubectl
 from tests.support.waiting import wait_for
 
@@ -168,9 +169,8 @@ def test_two_clusters_on_one_database_run_one_schedule_and_report_a_conflict(
 
 
 def _manifest(text: str) -> dict[str, Any]:
-    import yaml
 
-    loaded: dict[str, Any] = yaml.safe_load(text)
+    loaded: dict[str, Any] = yamlio.load(text)
     loaded["metadata"]["namespace"] = "default"
     return loaded
 
