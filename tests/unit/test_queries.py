@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import pytest
 
 from jobwarden.db import migrations, queries
+
+SQL_FOLDER = Path(queries.__file__).with_name("sql")
 
 
 def test_every_named_query_renders_for_a_quoted_schema() -> None:
@@ -65,3 +72,24 @@ def test_a_fragment_is_included_where_named_and_is_not_a_query_itself() -> None:
         assert "{fragment" not in text
         assert "claim_token = md5(%(batch)s" in text  # one fresh token per row and claim
         assert 'UPDATE "jobwarden".jobs AS j' in text
+
+
+def test_a_process_holds_the_text_of_the_queries_it_rendered_not_all_the_package_ships() -> None:
+    """Every process renders some of the ~150 named queries (an idle worker about
+    fifteen): holding every file's text kept ~125 KiB resident in each (docs/benchmarks.md,
+    "Renovation, no regression (issue 29)"). Measured in a fresh process, after the
+    module is imported: what stays allocated once one query is rendered."""
+    code = textwrap.dedent("""
+        import gc, tracemalloc
+        from jobwarden.db import queries
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        text = queries.Rendered("s")["job_claim_any"]
+        gc.collect()
+        print(tracemalloc.get_traced_memory()[0] - before, len(text.encode()))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    held, rendered = (int(n) for n in done.stdout.split())
+    shipped = sum(len(f.read_bytes()) for f in SQL_FOLDER.glob("*.sql"))
+    assert rendered < held < shipped / 2, (held, shipped)  # before: 138 KB held of 117

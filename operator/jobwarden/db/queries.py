@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, LiteralString
 
@@ -18,20 +19,25 @@ from psycopg import sql
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-_HEADER = re.compile(r"^-- name: (?P<name>[a-z_][a-z0-9_]*)\s*$", re.MULTILINE)
+_HEADER = re.compile(rb"^-- name: (?P<name>[a-z_][a-z0-9_]*)[ \t\r]*$", re.MULTILINE)
+
+
+def _spans(data: bytes) -> Iterator[tuple[str, int, int]]:
+    """Each named query of a ``.sql`` file's bytes: its name and where its text is."""
+    matches = list(_HEADER.finditer(data))
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(data)
+        yield match.group("name").decode(), match.end(), end
 
 
 def parse(text: str) -> dict[str, str]:
     """Split a ``.sql`` file into ``{name: query}`` on ``-- name: X`` headers."""
-    matches = list(_HEADER.finditer(text))
+    data = text.encode()
     queries: dict[str, str] = {}
-    for index, match in enumerate(matches):
-        end = matches[index + 1].start() if index + 1 < len(matches) else len(text)
-        body = text[match.end() : end].strip()
-        name = match.group("name")
+    for name, start, end in _spans(data):
         if name in queries:
             raise ValueError(f"query {name!r} is defined twice")
-        queries[name] = body
+        queries[name] = data[start:end].decode().strip()
     return queries
 
 
@@ -47,57 +53,95 @@ def render(text: str, schema: str) -> str:
 
 
 @functools.cache
-def _raw() -> dict[str, str]:
-    queries: dict[str, str] = {}
+def _folder() -> Traversable:
     # The package's own folder when it is one (always, installed or checked out):
     # importlib.resources would load its file readers for the same files (~40 KiB
     # resident in every process; docs/benchmarks.md, "Idle worker RSS").
     folder: Traversable = Path(__file__).with_name("sql")
     if not folder.is_dir():  # a package not on a file system (a zip import)
         folder = importlib.resources.files("jobwarden.db") / "sql"
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+    return folder
+
+
+@functools.cache
+def _index() -> dict[str, tuple[str, int, int]]:
+    """Where each named query is: ``{name: (file name, first byte, end byte)}``.
+
+    Why not the texts themselves: a process runs a fraction of the ~150 queries
+    (an idle worker about fifteen), and holding every text kept ~125 KiB of SQL
+    resident in every process (docs/benchmarks.md, "Renovation, no regression
+    (issue 29)"). A query's text is read from its file when it is first rendered:
+    its bytes only, not the whole file.
+    """
+    index: dict[str, tuple[str, int, int]] = {}
+    for entry in sorted(_folder().iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".sql"):
-            for name, body in parse(entry.read_text(encoding="utf-8")).items():
-                if name in queries:
+            file = entry.name
+            seen: set[str] = set()
+            for name, start, end in _spans(entry.read_bytes()):
+                if name in seen:
+                    raise ValueError(f"query {name!r} is defined twice")
+                if name in index:
                     raise ValueError(f"query {name!r} is defined in two files")
-                queries[name] = body
-    return queries
+                seen.add(name)
+                index[name] = (file, start, end)
+    return index
+
+
+def _text(name: str) -> str | None:
+    """The named query's text as its file has it, or None for an unknown name."""
+    found = _index().get(name)
+    if found is None:
+        return None
+    file, start, end = found
+    with (_folder() / file).open("rb") as stream:
+        stream.seek(start)
+        return stream.read(end - start).decode().strip()
 
 
 #: Named queries with this prefix are pieces, not statements: other queries in any
 #: file include one as ``{fragment_name}``, so a shared clause is written once.
 FRAGMENT = "fragment_"
+_PIECE = re.compile(r"(?<!\{)\{(fragment_[a-z0-9_]+)\}(?!\})")
 
 
 class Rendered(dict[str, str]):
     """The named queries of one schema, each rendered on its first lookup.
 
-    Why lazily: a process runs a fraction of the ~120 queries (an idle worker about
+    Why lazily: a process runs a fraction of the ~150 queries (an idle worker about
     fifteen), and rendering all of them at start-up kept a second copy of every text
     resident (docs/benchmarks.md, "Idle worker RSS"). A lookup after the first is a
     plain dict hit. Only names looked up are keys: ask :meth:`complete` for all.
+    Fragments too are rendered when a query first names one.
     """
 
     def __init__(self, schema: str) -> None:
         super().__init__()
         self.schema = schema
-        self._pieces: dict[str, sql.SQL] | None = None
+        self._pieces: dict[str, sql.SQL] = {}
 
     def __missing__(self, name: str) -> str:
-        body = _raw().get(name)
-        if body is None or name.startswith(FRAGMENT):
+        body = None if name.startswith(FRAGMENT) else _text(name)
+        if body is None:
             raise KeyError(name)
-        if self._pieces is None:
-            self._pieces = {piece: sql.SQL(_literal(render(text, self.schema)))
-                            for piece, text in _raw().items() if piece.startswith(FRAGMENT)}
+        pieces = {piece: self._piece(piece) for piece in _PIECE.findall(body)}
         text = sql.SQL(_literal(body)).format(schema=sql.Identifier(self.schema),
-                                              **self._pieces).as_string(None)
+                                              **pieces).as_string(None)
         self[name] = text  # two threads may render one name: the same text either way
         return text
 
+    def _piece(self, name: str) -> sql.SQL:
+        piece = self._pieces.get(name)
+        if piece is None:
+            text = _text(name)
+            if text is None:
+                raise KeyError(name)
+            piece = self._pieces[name] = sql.SQL(_literal(render(text, self.schema)))
+        return piece
+
     def complete(self) -> Rendered:
         """Every named query rendered (tests, tools that list them); returns self."""
-        for name in _raw():
+        for name in _index():
             if not name.startswith(FRAGMENT):
                 self[name]  # renders it (a lookup of a missing key)
         return self
