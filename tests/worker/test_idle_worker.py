@@ -47,7 +47,8 @@ IDLE_THREADS = sorted([
 #: Modules an idle worker must not have imported: each is loaded by the first use that
 #: needs it (metrics collected, an HTTP port, a span, a SHA-256, a client call, a due
 #: or code-defined schedule, a pod run, a migration or release check: the host record's
-#: "needs migration N" reads the migration files' names, not the migrations module).
+#: "needs migration N" reads the migration files' names, not the migrations module; a
+#: plan run by a client call, a search or bulk action, a job's data checked or decoded).
 NOT_IDLE_MODULES = [
     "prometheus_client", "http.server", "opentelemetry.trace", "hashlib", "_hashlib",
     "jobwarden.api.client", "jobwarden.api.asyncclient",
@@ -57,6 +58,7 @@ NOT_IDLE_MODULES = [
     "jobwarden.db.schedules", "jobwarden.db.runnerpass", "jobwarden.db.podruns",
     "jobwarden.coordination.leases", "jobwarden.structs.podruns",
     "jobwarden.db.migrations", "tomllib", "importlib.readers", "importlib.resources.readers",
+    "jobwarden.db.plans", "jobwarden.structs.search", "jobwarden.jobs.datatypes",
 ]
 
 

@@ -7,11 +7,10 @@ import datetime
 import json
 import uuid
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from psycopg.types.json import Jsonb
 
-from jobwarden.db import plans
 from jobwarden.db.arrays import array_literal
 from jobwarden.structs.jobs import (
     AttemptRecord,
@@ -27,11 +26,17 @@ from jobwarden.structs.jobs import (
     ReapedJob,
 )
 from jobwarden.structs.policies import OnBusy
-from jobwarden.structs.search import BULK_STATUSES, JobFilter
 from jobwarden.structs.states import JobStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Generator
+
+    from jobwarden.db import plans
+    from jobwarden.db.basics import Params
     from jobwarden.db.database import Connection, Database, Row
+    from jobwarden.structs.search import JobFilter
+
+T = TypeVar("T")
 
 JOBS_TOPIC = "jobs"
 #: Terminal writes NOTIFY this topic with the job ids (``Client.wait`` listens).
@@ -187,7 +192,7 @@ class JobsTable:
     def insert_many(self, specs: Sequence[JobSpec], *,
                     conn: Connection | None = None) -> list[EnqueueResult]:
         """Insert jobs, one result per spec in order (see :func:`insert_plan`)."""
-        return plans.run(self._db, insert_plan(specs, channel=self.channel), conn)
+        return self._run(insert_plan(specs, channel=self.channel), conn)
 
     def claim(self, *, host: str, limit: int, grace_seconds: float,
               queues: Sequence[str] | None = None, host_cap: bool = False,
@@ -306,9 +311,10 @@ class JobsTable:
                     result: Any) -> bool:
         """Complete a claim on the caller's connection, inside its transaction; False
         when fenced (the claim was taken over: the caller must roll back)."""
-        return plans.run(self._db, complete_tx_plan(job_id=job_id, claim_token=claim_token,
-                                                    result=result,
-                                                    done_channel=self.done_channel),
+        from jobwarden.db import plans  # see _run
+
+        return self._run(complete_tx_plan(job_id=job_id, claim_token=claim_token, result=result,
+                                          done_channel=self.done_channel),
                          plans.caller_connection(conn))
 
     def fail(self, failure: Failure) -> JobStatus | None:
@@ -358,7 +364,7 @@ class JobsTable:
                 for r in map(ReapColumns._make, rows)]
 
     def get(self, job_id: int) -> JobRecord | None:
-        return plans.run(self._db, get_plan(job_id))
+        return self._run(get_plan(job_id))
 
     def attempts(self, job_id: int) -> list[AttemptRecord]:
         """The job's kept attempt history (its last 25 attempts), oldest first."""
@@ -367,8 +373,8 @@ class JobsTable:
 
     def recent(self, *, status: JobStatus | None = None, queue: str | None = None,
              job_class: str | None = None, limit: int = 50) -> list[JobRecord]:
-        return plans.run(self._db, recent_plan(status=status, queue=queue,
-                                               job_class=job_class, limit=limit))
+        return self._run(recent_plan(status=status, queue=queue, job_class=job_class,
+                                     limit=limit))
 
     def search(self, where: JobFilter, *, before: int | None = None,
                limit: int = 50) -> list[JobRecord]:
@@ -414,18 +420,18 @@ class JobsTable:
             before = int(lowest)
 
     def cancel(self, job_id: int) -> JobStatus | None:
-        return plans.run(self._db, cancel_plan(job_id, done_channel=self.done_channel))
+        return self._run(cancel_plan(job_id, done_channel=self.done_channel))
 
     def retry(self, job_id: int) -> bool:
-        return plans.run(self._db, retry_plan(job_id))
+        return self._run(retry_plan(job_id))
 
     def purge(self, *, statuses: Sequence[JobStatus], older_than_seconds: float,
               batch: int = 5000) -> int:
-        return plans.run(self._db, purge_plan(statuses=statuses,
-                                              older_than_seconds=older_than_seconds, batch=batch))
+        return self._run(purge_plan(statuses=statuses, older_than_seconds=older_than_seconds,
+                                    batch=batch))
 
     def stats(self) -> list[QueueStat]:
-        return plans.run(self._db, stats_plan())
+        return self._run(stats_plan())
 
     def oldest_pending(self) -> dict[str, float]:
         """Seconds the oldest due pending job of each queue has waited."""
@@ -434,9 +440,22 @@ class JobsTable:
     def now(self) -> datetime.datetime:
         return self._db.now()
 
+    def _run(self, plan: plans.Plan[T], conn: Connection | None = None) -> T:
+        # db/plans.py is imported by the first plan run, not with this module: a worker
+        # claims, beats and records without one, and an idle worker need not hold the
+        # plan machinery (~0.1 MiB resident; docs/benchmarks.md, "Renovation, no
+        # regression (issue 29)"). The plans below import it the same way.
+        from jobwarden.db import plans
+
+        return plans.run(self._db, plan, conn)
+
 
 def _scoped(action: str, where: JobFilter) -> JobFilter | None:
     """``where`` limited to the statuses ``action`` applies to; None when none remain."""
+    # Imported here: searches and bulk actions come from the console and the CLI, and
+    # a worker need not hold their filters (docs/benchmarks.md, "Idle worker RSS").
+    from jobwarden.structs.search import BULK_STATUSES
+
     if action not in BULK_STATUSES:
         raise ValueError(f"unknown bulk action {action!r}")
     eligible = BULK_STATUSES[action]
@@ -453,6 +472,13 @@ def bulk_count(jobs: JobsTable, action: str, where: JobFilter, *, cap: int) -> i
 
 
 # -- plans: run by the blocking and the asyncio driver alike (db/plans.py) -----------
+
+
+def _rows(name: str, params: Params | None = None) -> Generator[plans.Instruction, Any, list[Row]]:
+    """``plans.rows``, with db/plans.py imported when a plan runs (see ``JobsTable._run``)."""
+    from jobwarden.db import plans
+
+    return (yield from plans.rows(name, params))
 
 
 def insert_plan(specs: Sequence[JobSpec], *,
@@ -472,6 +498,8 @@ def insert_plan(specs: Sequence[JobSpec], *,
     if len(specs) == 1:
         return [(yield from _insert_one(specs[0], channel=channel))]
     if len(specs) >= COPY_MIN_ROWS and _keys_distinct(specs):
+        from jobwarden.db import plans  # see JobsTable._run
+
         try:
             copied: list[EnqueueResult] = yield plans.Atomic(_copy(specs, channel=channel))
             return copied
@@ -482,8 +510,8 @@ def insert_plan(specs: Sequence[JobSpec], *,
 
 def _copy(specs: Sequence[JobSpec], *, channel: str) -> plans.Plan[list[EnqueueResult]]:
     queues = sorted({s.queue for s in specs})
-    found = yield from plans.rows("job_copy_begin", {"n": len(specs), "queues": queues,
-                                                     "channel": channel})
+    found = yield from _rows("job_copy_begin", {"n": len(specs), "queues": queues,
+                                                "channel": channel})
     now: datetime.datetime = found[0][0]
     ids: list[int] = found[0][1]
     rows = []
@@ -500,6 +528,8 @@ def _copy(specs: Sequence[JobSpec], *, channel: str) -> plans.Plan[list[EnqueueR
         # (COLLATE "C"): two batches that share keys then wait for each other's keys
         # in one order, never in a cycle (a deadlock).
         rows.sort(key=lambda row: (row[9] is None, row[9] or ""))
+    from jobwarden.db import plans  # see JobsTable._run
+
     yield plans.Copy("job_copy", _COPY_TYPES, rows)
     return [EnqueueResult(id=id_, duplicate=False) for id_ in ids]
 
@@ -521,7 +551,7 @@ def insert_batch_plan(batch: JobBatch, *,
         return (yield from insert_plan(batch.specs(), channel=channel))
     s = batch.shared
     keys = batch.unique_keys
-    found = yield from plans.rows("job_insert_batch", {
+    found = yield from _rows("job_insert_batch", {
         "datas": Jsonb(batch.datas_json, dumps=_as_is),
         "unique_keys": None if keys is None else Jsonb(keys),
         "queue": s.queue, "job_class": s.job_class, "priority": s.priority,
@@ -546,7 +576,7 @@ def _with_duplicates(ids: Sequence[int | None],
     # The existing row may have been committed by a concurrent enqueuer after this
     # statement's snapshot, so look it up afresh.
     found: dict[str, int] = dict(
-        (yield from plans.rows("job_ids_by_unique_key", {"unique_keys": missing})))
+        (yield from _rows("job_ids_by_unique_key", {"unique_keys": missing})))
     in_batch: dict[str, int] = {}
     for id_, key in zip(ids, keys, strict=True):
         if id_ is not None and key is not None:
@@ -586,7 +616,7 @@ def _insert_unnest(specs: Sequence[JobSpec], *,
         "pod_runs": [s.pod_run for s in specs],
         "channel": channel,
     }
-    rows = yield from plans.rows("job_insert_many", params)
+    rows = yield from _rows("job_insert_many", params)
     return (yield from _with_duplicates([r[1] for r in rows], [s.unique_key for s in specs]))
 
 
@@ -607,6 +637,8 @@ def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:
     # On a pooled connection the row is visible (and its NOTIFY out) before its WAL
     # flush, which the call still waits for (plans.Query.visible_before_flush): a
     # worker claims the job while the enqueue's durable commit is in progress.
+    from jobwarden.db import plans  # see JobsTable._run
+
     found: list[Row] = yield plans.Query("job_insert_one",
                                          insert_one_params(spec, channel=channel),
                                          visible_before_flush=True)
@@ -614,26 +646,26 @@ def _insert_one(spec: JobSpec, *, channel: str) -> plans.Plan[EnqueueResult]:
         return EnqueueResult(id=found[0][0], duplicate=False)
     assert spec.unique_key is not None  # only a unique-key conflict inserts nothing
     # The existing row may be newer than this statement's snapshot: look again.
-    existing = yield from plans.rows("job_ids_by_unique_key", {"unique_keys": [spec.unique_key]})
+    existing = yield from _rows("job_ids_by_unique_key", {"unique_keys": [spec.unique_key]})
     if not existing:
         raise RuntimeError(f"unique key {spec.unique_key!r} conflicted but no row holds it")
     return EnqueueResult(id=existing[0][1], duplicate=True)
 
 
 def get_plan(job_id: int) -> plans.Plan[JobRecord | None]:
-    found = yield from plans.rows("job_get", {"id": job_id})
+    found = yield from _rows("job_get", {"id": job_id})
     return _record(found[0]) if found else None
 
 
 def delete_finished_plan(job_id: int) -> plans.Plan[JobStatus | None]:
     """Delete one finished job; the status it had, or None when it was not finished."""
-    found = yield from plans.rows("job_delete_finished", {"id": job_id})
+    found = yield from _rows("job_delete_finished", {"id": job_id})
     return JobStatus(found[0][0]) if found else None
 
 
 def recent_plan(*, status: JobStatus | None = None, queue: str | None = None,
                 job_class: str | None = None, limit: int = 50) -> plans.Plan[list[JobRecord]]:
-    found = yield from plans.rows("job_list", {
+    found = yield from _rows("job_list", {
         "status": status.value if status else None, "queue": queue,
         "job_class": job_class, "limit": limit,
     })
@@ -641,18 +673,20 @@ def recent_plan(*, status: JobStatus | None = None, queue: str | None = None,
 
 
 def cancel_plan(job_id: int, *, done_channel: str) -> plans.Plan[JobStatus | None]:
-    found = yield from plans.rows("job_cancel", {"id": job_id, "done_channel": done_channel})
+    found = yield from _rows("job_cancel", {"id": job_id, "done_channel": done_channel})
     return JobStatus(found[0][0]) if found else None
 
 
 def retry_plan(job_id: int) -> plans.Plan[bool]:
-    found = yield from plans.rows("job_retry", {"id": job_id})
+    found = yield from _rows("job_retry", {"id": job_id})
     return bool(found)
 
 
 def purge_plan(*, statuses: Sequence[JobStatus], older_than_seconds: float,
                batch: int = 5000) -> plans.Plan[int]:
     """Delete in bounded batches so a large purge never holds a long transaction."""
+    from jobwarden.db import plans  # see JobsTable._run
+
     total = 0
     while True:
         deleted: int = yield plans.Query("job_purge", {
@@ -666,18 +700,18 @@ def purge_plan(*, statuses: Sequence[JobStatus], older_than_seconds: float,
 
 def scheduled_counts_plan() -> plans.Plan[dict[str, int]]:
     """Pending jobs not due yet, per queue (only queues that have some)."""
-    found = yield from plans.rows("job_scheduled_counts")
+    found = yield from _rows("job_scheduled_counts")
     return {str(q): int(n) for q, n in found}
 
 
 def stats_plan() -> plans.Plan[list[QueueStat]]:
-    found = yield from plans.rows("job_stats")
+    found = yield from _rows("job_stats")
     return [QueueStat(queue=q, status=JobStatus(s), count=n) for q, s, n in found]
 
 
 def complete_tx_plan(*, job_id: int, claim_token: uuid.UUID, result: Any,
                      done_channel: str) -> plans.Plan[bool]:
-    found = yield from plans.rows("job_complete_tx", {
+    found = yield from _rows("job_complete_tx", {
         "id": job_id, "token": claim_token, "result": Jsonb(result),
         "done_channel": done_channel,
     })

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, overload
 
 from jobwarden import errors
-from jobwarden.jobs import datatypes
 from jobwarden.structs.policies import OnBusy
 
 if TYPE_CHECKING:
@@ -155,12 +154,18 @@ def _typed_perform(perform: Callable[..., Any]) -> Callable[..., Any]:
     return typed
 
 
+#: Each job class's data type, resolved on first use. ``jobs.datatypes`` is imported
+#: by the first check or decode (an enqueue, an attempt), not with the definitions:
+#: every worker imports these, and an idle one never needs the checks (~60 KiB
+#: resident; docs/benchmarks.md, "Renovation, no regression (issue 29)").
 _DATA_TYPES: dict[type[Job], Any] = {}
 
 
 def data_type_of(job_class: type[Job]) -> Any | None:
     """The declared data type of a job class (None: untyped JSON); resolved once."""
     if job_class not in _DATA_TYPES:
+        from jobwarden.jobs import datatypes  # see _DATA_TYPES
+
         _DATA_TYPES[job_class] = None if issubclass(job_class, FunctionJob) else \
             datatypes.declared_type(inspect.unwrap(job_class.perform), job_class.data_type)
     return _DATA_TYPES[job_class]
@@ -168,8 +173,11 @@ def data_type_of(job_class: type[Job]) -> Any | None:
 
 def typed_data(job_class: type[Job], data: Any) -> Any:
     tp = data_type_of(job_class)
-    if tp is None or (isinstance(tp, type) and not datatypes.is_typeddict_type(tp)
-                      and isinstance(data, tp)):
+    if tp is None:
+        return data
+    from jobwarden.jobs import datatypes  # see _DATA_TYPES
+
+    if isinstance(tp, type) and not datatypes.is_typeddict_type(tp) and isinstance(data, tp):
         return data
     try:
         return datatypes.decode(tp, data)
@@ -180,6 +188,8 @@ def typed_data(job_class: type[Job], data: Any) -> Any:
 def encode_data(job_class: type[Job], data: Any) -> Any:
     """Check ``data`` against the job's declared type or function signature and return
     what is stored; raises InvalidJobData before anything is written."""
+    from jobwarden.jobs import datatypes  # see _DATA_TYPES
+
     if issubclass(job_class, FunctionJob):
         datatypes.check_call(job_class.function, data)
         return data
@@ -207,6 +217,8 @@ class FunctionJob(Job):
 
 def call_with_data(function: Callable[..., Any], data: Any) -> Any:
     if data is None or isinstance(data, (dict, list)):
+        from jobwarden.jobs import datatypes  # see _DATA_TYPES
+
         try:
             args, kwargs = datatypes.decode_call(function, data)
         except Exception as exc:
