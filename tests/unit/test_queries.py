@@ -93,3 +93,23 @@ def test_a_process_holds_the_text_of_the_queries_it_rendered_not_all_the_package
     held, rendered = (int(n) for n in done.stdout.split())
     shipped = sum(len(f.read_bytes()) for f in SQL_FOLDER.glob("*.sql"))
     assert rendered < held < shipped / 2, (held, shipped)  # before: 138 KB held of 117
+
+
+def test_each_query_is_read_as_its_file_has_it_also_from_a_file_replaced_since_indexed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query's text is read from its file when first rendered, at the place the
+    index found it. A file replaced under a running process (a package upgraded in
+    place) moved its queries: they are found by name, never read from stale offsets."""
+    shipped = {f.name: f.read_text(encoding="utf-8") for f in SQL_FOLDER.glob("*.sql")}
+    for name, file in ((n, f) for f, text in shipped.items() for n in queries.parse(text)):
+        assert queries._text(name) == queries.parse(shipped[file])[name], name
+    for file, text in shipped.items():
+        (tmp_path / file).write_text(text, encoding="utf-8")
+    queries._index()  # indexed before the change, as in a running process
+    monkeypatch.setattr(queries, "_folder", lambda: tmp_path)
+    first = next(iter(queries.parse(shipped["jobs.sql"])))
+    for changed in ("-- a later release: one more line on top\n" + shipped["jobs.sql"],
+                    shipped["jobs.sql"].replace("SELECT", "SELECT /* a longer text */")):
+        (tmp_path / "jobs.sql").write_text(changed, encoding="utf-8")
+        for name in (first, "job_get", "job_claim_any", "fragment_claim_rows"):
+            assert queries._text(name) == queries.parse(changed)[name], name

@@ -22,19 +22,20 @@ if TYPE_CHECKING:
 _HEADER = re.compile(rb"^-- name: (?P<name>[a-z_][a-z0-9_]*)[ \t\r]*$", re.MULTILINE)
 
 
-def _spans(data: bytes) -> Iterator[tuple[str, int, int]]:
-    """Each named query of a ``.sql`` file's bytes: its name and where its text is."""
+def _spans(data: bytes) -> Iterator[tuple[str, int, int, int]]:
+    """Each named query of a ``.sql`` file's bytes: its name, where its header starts,
+    where its text starts and where it ends (the next header, or the end)."""
     matches = list(_HEADER.finditer(data))
     for index, match in enumerate(matches):
         end = matches[index + 1].start() if index + 1 < len(matches) else len(data)
-        yield match.group("name").decode(), match.end(), end
+        yield match.group("name").decode(), match.start(), match.end(), end
 
 
 def parse(text: str) -> dict[str, str]:
     """Split a ``.sql`` file into ``{name: query}`` on ``-- name: X`` headers."""
     data = text.encode()
     queries: dict[str, str] = {}
-    for name, start, end in _spans(data):
+    for name, _header, start, end in _spans(data):
         if name in queries:
             raise ValueError(f"query {name!r} is defined twice")
         queries[name] = data[start:end].decode().strip()
@@ -65,7 +66,7 @@ def _folder() -> Traversable:
 
 @functools.cache
 def _index() -> dict[str, tuple[str, int, int]]:
-    """Where each named query is: ``{name: (file name, first byte, end byte)}``.
+    """Where each named query is: ``{name: (file name, its header's first byte, end)}``.
 
     Why not the texts themselves: a process runs a fraction of the ~150 queries
     (an idle worker about fifteen), and holding every text kept ~125 KiB of SQL
@@ -78,25 +79,39 @@ def _index() -> dict[str, tuple[str, int, int]]:
         if entry.name.endswith(".sql"):
             file = entry.name
             seen: set[str] = set()
-            for name, start, end in _spans(entry.read_bytes()):
+            for name, header, _start, end in _spans(entry.read_bytes()):
                 if name in seen:
                     raise ValueError(f"query {name!r} is defined twice")
                 if name in index:
                     raise ValueError(f"query {name!r} is defined in two files")
                 seen.add(name)
-                index[name] = (file, start, end)
+                index[name] = (file, header, end)
     return index
 
 
+_NEXT = b"-- name: "
+
+
 def _text(name: str) -> str | None:
-    """The named query's text as its file has it, or None for an unknown name."""
+    """The named query's text as its file has it, or None for an unknown name.
+
+    The bytes read must still be the query's: its own header first, the next one
+    (or the end of the file) right after. A file replaced since it was indexed (a
+    package upgraded under a running process) is parsed whole instead, so a query
+    is never read from the wrong bytes.
+    """
     found = _index().get(name)
     if found is None:
         return None
-    file, start, end = found
+    file, header, end = found
     with (_folder() / file).open("rb") as stream:
-        stream.seek(start)
-        return stream.read(end - start).decode().strip()
+        stream.seek(header)
+        chunk = stream.read(end - header + len(_NEXT))
+    matched = _HEADER.match(chunk)
+    if matched is None or matched.group("name").decode() != name or \
+            chunk[end - header:] not in (b"", _NEXT):
+        return parse((_folder() / file).read_text(encoding="utf-8")).get(name)
+    return chunk[matched.end():end - header].decode().strip()
 
 
 #: Named queries with this prefix are pieces, not statements: other queries in any
