@@ -50,3 +50,33 @@ def test_bodies_are_copies():
     got = cache.get("a")
     got["status"]["phase"] = "Changed too"
     assert cache.get("a")["status"]["phase"] == "Pending"
+
+
+def test_a_staged_status_is_read_over_newer_bodies_until_the_write_carrying_it_is_answered():
+    cache = ObjectCache()
+    cache.put(pod("a", "10", phase="Pending"))
+    first = cache.stage_status("a", {"phase": "Running", "counts": {"ok": 1, "failed": 0}})
+    later = cache.stage_status("a", {"counts": {"ok": 2}, "lastPod": "p"})
+    assert cache.get("a")["status"] == {"phase": "Running", "counts": {"ok": 2, "failed": 0},
+                                        "lastPod": "p"}
+    # The watch delivers a newer body without it (another change): still read over it.
+    cache.put(pod("a", "11", phase="Pending"))
+    assert cache.get("a")["status"]["phase"] == "Running"
+    assert cache.project(lambda b: b["status"]["lastPod"]) == {"a": "p"}
+    # The first write answered: what was staged after it is still read.
+    cache.put(pod("a", "12", phase="Running"))
+    cache.written("a", first)
+    assert cache.get("a")["status"]["lastPod"] == "p"
+    cache.put({**pod("a", "13", phase="Running"),
+               "status": {"phase": "Running", "counts": {"ok": 2, "failed": 0}}})
+    cache.written("a", later)
+    # Both written: the server's body as it is (not what was staged).
+    assert cache.get("a")["status"] == {"phase": "Running", "counts": {"ok": 2, "failed": 0}}
+
+
+def test_a_staged_status_is_a_merge_patch_and_nothing_is_staged_for_an_unknown_object():
+    cache = ObjectCache()
+    cache.put({**pod("a", "1"), "status": {"phase": "Running", "counts": {"ok": 1}}})
+    assert cache.stage_status("gone", {"phase": "Failed"}) == 0  # nothing cached, nothing staged
+    cache.stage_status("a", {"phase": None, "counts": {"failed": 1}})
+    assert cache.get("a")["status"] == {"counts": {"ok": 1, "failed": 1}}

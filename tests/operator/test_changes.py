@@ -1,35 +1,49 @@
-"""The change queue of a queued kind (JobSchedule): batches, bounded writes, retries.
+"""The change queue of a queued kind (JobSchedule): batches, retries, and its status writes.
 
 The resync loop's pass with fakes for the API (every call recorded) and the
-reconciler; the queue's writers run for real.
+reconciler; the queue's threads and the status writers (statuswrites.py) run
+for real, or one step at a time (``run_once``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import types
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any
 
 import kopf
+import pytest
 
-from jobwarden.controller import changes, handlers, resyncing
+from jobwarden.controller import changes, handlers, resyncing, statuswrites
 from jobwarden.controller.config import OperatorConfig
+from jobwarden.controller.kube import events
+from jobwarden.controller.kube import status as st
 from jobwarden.controller.kube.kinds import Kind
 from tests.support.waiting import wait_for
 
 
 class Objects:
-    """The custom resource API of one kind; ``hold`` keeps status writes waiting."""
+    """The custom resource API of one kind; ``hold`` keeps status writes waiting,
+    ``fail`` refuses the next writes of a name."""
 
     def __init__(self, kind: Kind) -> None:
         self.kind = kind
-        self.patched: list[str] = []
+        #: The status writes answered: (name, the patch).
+        self.written: list[tuple[str, dict[str, Any]]] = []
+        self.fail: dict[str, int] = {}
+        #: By name: the status as the server holds it.
+        self.statuses: dict[str, dict[str, Any]] = {}
         self.in_flight = 0
         self.most_in_flight = 0
         self.hold = threading.Event()
         self.hold.set()
         self._lock = threading.Lock()
+
+    @property
+    def patched(self) -> list[str]:
+        return [name for name, _ in self.written]
 
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]
                      ) -> dict[str, Any] | None:
@@ -39,13 +53,17 @@ class Objects:
         try:
             self.hold.wait()
             with self._lock:
-                self.patched.append(name)
-            # The object as the server answers: the status merged, the next version.
-            body = self.kind.cache.get(f"uid-{name}") or {}
-            meta = body.get("metadata") or {}
-            return {**body, "status": {**(body.get("status") or {}), **status},
-                    "metadata": {**meta,
-                                 "resourceVersion": str(int(meta["resourceVersion"]) + 1)}}
+                if self.fail.get(name, 0) > 0:
+                    self.fail[name] -= 1
+                    raise RuntimeError("504 Gateway Timeout")
+                self.written.append((name, status))
+                self.statuses.setdefault(name, {}).update(status)
+                # The object as the server answers: the status merged, the next version.
+                body = self.kind.cache.get(f"uid-{name}") or {}
+                meta = body.get("metadata") or {}
+                return {**body, "status": dict(self.statuses[name]),
+                        "metadata": {**meta, "resourceVersion":
+                                     str(int(meta["resourceVersion"]) + 1)}}
         finally:
             with self._lock:
                 self.in_flight -= 1
@@ -69,6 +87,8 @@ class Reconciler:
         generation = body["metadata"].get("generation")
         if (body.get("status") or {}).get("seen") != generation:
             patch.status["seen"] = generation
+            events.post_with_status(body, [st.Event(type="Normal", reason="Seen",
+                                                    message=f"generation {generation}")])
         return "ok"
 
     def fingerprints(self, bodies: Sequence[Mapping[str, Any]]
@@ -83,7 +103,16 @@ def obj(name: str, generation: int = 1, version: int = 1, **status: Any) -> dict
             "spec": {}, "status": status}
 
 
-def queued_kind(**options: Any) -> tuple[Kind, Reconciler, Objects, changes.ChangeQueue]:
+@dataclasses.dataclass
+class Queued:
+    kind: Kind
+    reconciler: Reconciler
+    objects: Objects
+    queue: changes.ChangeQueue
+    writes: statuswrites.StatusWrites
+
+
+def queued_kind(**options: Any) -> Queued:
     reconciler = Reconciler()
     kind = Kind(name="JobSchedule", resource=("jobwarden.io", "v1alpha1", "jobschedules"),
                 reconciler=reconciler, fingerprinter=reconciler, interval=60.0, queued=True)
@@ -96,7 +125,32 @@ def queued_kind(**options: Any) -> tuple[Kind, Reconciler, Objects, changes.Chan
     queue = loop.queues[kind.name]
     for key, value in options.items():
         setattr(queue, key, value)
-    return kind, reconciler, objects, queue
+    return Queued(kind=kind, reconciler=reconciler, objects=objects, queue=queue,
+                  writes=loop.writes[kind.name])
+
+
+@pytest.fixture
+def posted(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """The Events posted (name, reason): kopf's poster is not running here."""
+    found: list[tuple[str, str]] = []
+
+    def post(body: kopf.Body, told: Any) -> None:
+        found.extend((str(body["metadata"]["name"]), event.reason) for event in told)
+    monkeypatch.setattr(events, "post", post)
+    return found
+
+
+def drain(q: Queued) -> None:
+    """Every pending pass, then every pending status write, one step at a time."""
+    while q.queue.pending():
+        q.queue.run_once()
+    write(q)
+
+
+def write(q: Queued) -> None:
+    """Every pending status write (retries due at once), one step at a time."""
+    while q.writes.pending():
+        q.writes.queue.run_once()
 
 
 def watched(kind: Kind, body: dict[str, Any], type: str | None = None) -> None:
@@ -106,68 +160,140 @@ def watched(kind: Kind, body: dict[str, Any], type: str | None = None) -> None:
 
 
 def test_a_burst_is_passed_in_batches_with_one_digest_read_and_one_write_each() -> None:
-    kind, reconciler, objects, queue = queued_kind(batch=10)
+    q = queued_kind(batch=10)
     for i in range(25):
-        watched(kind, obj(f"s{i}"), "ADDED")
-    while queue.run_once():
-        pass
-    assert reconciler.digest_reads == [10, 10, 5]  # one query a batch
-    assert sorted(objects.patched) == sorted(f"s{i}" for i in range(25))
-    assert {trigger for _, trigger in reconciler.passes} == {"create"}
-    assert queue.pending() == 0
+        watched(q.kind, obj(f"s{i}"), "ADDED")
+    drain(q)
+    assert q.reconciler.digest_reads == [10, 10, 5]  # one query a batch
+    assert sorted(q.objects.patched) == sorted(f"s{i}" for i in range(25))
+    assert {trigger for _, trigger in q.reconciler.passes} == {"create"}
+    assert q.queue.pending() == 0 and q.writes.pending() == 0
 
 
 def test_an_echo_of_the_status_write_queues_nothing_and_a_new_generation_one_pass() -> None:
-    kind, reconciler, objects, queue = queued_kind()
-    watched(kind, obj("a"), None)
-    assert queue.run_once() == 1
-    assert objects.patched == ["a"]
+    q = queued_kind()
+    watched(q.kind, obj("a"), None)
+    drain(q)
+    assert q.objects.patched == ["a"]
     # The watch delivers the status just written: a newer body, the same spec.
-    watched(kind, obj("a", version=2, seen=1))
-    watched(kind, obj("a", version=3, seen=1, other="a status change"))
-    assert queue.run_once() == 0
+    watched(q.kind, obj("a", version=2, seen=1))
+    watched(q.kind, obj("a", version=3, seen=1, other="a status change"))
+    assert q.queue.run_once() == 0
     # Two spec changes while pending: one pass, from the newest body.
-    watched(kind, obj("a", generation=2, version=4, seen=1))
-    watched(kind, obj("a", generation=3, version=5, seen=1))
-    assert queue.run_once() == 1
-    assert reconciler.passes == [("a", "listed"), ("a", "update")]
-    assert objects.patched == ["a", "a"]
-    assert kind.cache.get("uid-a")["status"]["seen"] == 3  # type: ignore[index]
+    watched(q.kind, obj("a", generation=2, version=4, seen=1))
+    watched(q.kind, obj("a", generation=3, version=5, seen=1))
+    assert q.queue.run_once() == 1
+    drain(q)
+    assert q.reconciler.passes == [("a", "listed"), ("a", "update")]
+    assert q.objects.patched == ["a", "a"]
+    assert q.kind.cache.get("uid-a")["status"]["seen"] == 3  # type: ignore[index]
 
 
 def test_a_failed_pass_is_taken_again_and_a_deleted_object_is_not() -> None:
-    kind, reconciler, objects, queue = queued_kind(retry_seconds=0.0)
-    reconciler.fail["a"] = 2
-    watched(kind, obj("a"), "ADDED")
-    watched(kind, obj("b"), "ADDED")
-    queue.run_once()
-    assert objects.patched == ["b"]
-    queue.run_once()
-    queue.run_once()
-    assert objects.patched == ["b", "a"]
-    assert [name for name, _ in reconciler.passes] == ["a", "b", "a", "a"]
+    q = queued_kind(retry_seconds=0.0)
+    q.reconciler.fail["a"] = 2
+    watched(q.kind, obj("a"), "ADDED")
+    watched(q.kind, obj("b"), "ADDED")
+    q.queue.run_once()
+    write(q)
+    assert q.objects.patched == ["b"]
+    drain(q)
+    assert q.objects.patched == ["b", "a"]
+    assert [name for name, _ in q.reconciler.passes] == ["a", "b", "a", "a"]
     # Deleted while pending: forgotten, not passed.
-    watched(kind, obj("c"), "ADDED")
-    kind.cache.remove("uid-c")
-    kind.forget("uid-c")
-    assert queue.run_once() == 0
-    assert queue.pending() == 0
+    watched(q.kind, obj("c"), "ADDED")
+    q.kind.cache.remove("uid-c")
+    q.kind.forget("uid-c")
+    assert q.queue.run_once() == 0
+    assert q.queue.pending() == 0
 
 
-def test_at_most_WRITERS_status_writes_are_in_flight() -> None:
-    kind, _, objects, queue = queued_kind(batch=1)
-    objects.hold.clear()
-    queue.start()
+def test_passes_go_on_while_status_writes_wait_and_at_most_WRITERS_are_in_flight() -> None:
+    """A slow API server delays the statuses, not the next objects' passes (their rows)."""
+    q = queued_kind(batch=1)
+    q.objects.hold.clear()
+    q.queue.start()
+    q.writes.start()
+    count = 3 * statuswrites.WRITERS
     try:
-        for i in range(3 * changes.WRITERS):
-            watched(kind, obj(f"s{i}"), "ADDED")
-        wait_for(lambda: objects.in_flight == changes.WRITERS, timeout=30,
-                 message="every writer busy")
-        assert queue.pending() == 3 * changes.WRITERS
-        objects.hold.set()
-        wait_for(lambda: len(objects.patched) == 3 * changes.WRITERS, timeout=30,
+        for i in range(count):
+            watched(q.kind, obj(f"s{i}"), "ADDED")
+        wait_for(lambda: len(q.reconciler.passes) == count, timeout=30,
+                 message="every object passed while its status write waits")
+        wait_for(lambda: q.objects.in_flight == statuswrites.WRITERS, timeout=30,
+                 message="every status writer busy")
+        assert q.writes.pending() == count and q.objects.patched == []
+        # What each pass decided is what the cache shows, written or not.
+        assert all(q.kind.cache.get(f"uid-s{i}")["status"] == {"seen": 1}  # type: ignore[index]
+                   for i in range(count))
+        q.objects.hold.set()
+        wait_for(lambda: len(q.objects.patched) == count, timeout=30,
                  message="every status written")
     finally:
-        objects.hold.set()
-        queue.stop()
-    assert objects.most_in_flight == changes.WRITERS
+        q.objects.hold.set()
+        q.queue.stop()
+        q.writes.stop()
+    assert q.objects.most_in_flight == statuswrites.WRITERS
+    assert sorted(q.objects.patched) == sorted(f"s{i}" for i in range(count))  # one each
+
+
+def test_an_object_changed_while_its_write_waits_costs_one_write_of_the_newest_status(
+        posted: list[tuple[str, str]]) -> None:
+    q = queued_kind()
+    watched(q.kind, obj("a"), "ADDED")
+    q.queue.run_once()
+    # Not written yet: the watch delivers two spec changes (bodies without the status).
+    watched(q.kind, obj("a", generation=2, version=2))
+    q.queue.run_once()
+    watched(q.kind, obj("a", generation=3, version=3))
+    q.queue.run_once()
+    assert [trigger for _, trigger in q.reconciler.passes] == ["create", "update", "update"]
+    assert q.objects.written == []
+    assert posted == []  # a transition is told once its status is written
+    write(q)
+    assert q.objects.written == [("a", {"seen": 3})]
+    assert posted == [("a", "Seen")] * 3  # generation 1, 2, 3: each transition once
+    assert q.kind.cache.get("uid-a")["status"] == {"seen": 3}  # type: ignore[index]
+
+
+def test_a_failed_status_write_is_sent_again_before_a_newer_one_and_told_once(
+        posted: list[tuple[str, str]]) -> None:
+    q = queued_kind()
+    q.writes.queue.retry_seconds = 0.0
+    q.objects.fail["a"] = 1
+    watched(q.kind, obj("a"), "ADDED")
+    q.queue.run_once()
+    assert q.writes.queue.run_once() == 1  # refused
+    assert q.objects.written == [] and posted == []
+    # The cache still shows what was decided: a pass now decides nothing again.
+    assert q.kind.cache.get("uid-a")["status"] == {"seen": 1}  # type: ignore[index]
+    watched(q.kind, obj("a", version=2))  # a newer body from the watch, without it
+    q.kind.run_pass("uid-a", trigger="resync")
+    assert posted == []
+    watched(q.kind, obj("a", generation=2, version=3))
+    q.queue.run_once()
+    write(q)
+    assert q.objects.written == [("a", {"seen": 2})]
+    assert posted == [("a", "Seen"), ("a", "Seen")]  # generation 1, then 2
+    assert q.writes.pending() == 0
+
+
+def test_no_status_is_written_for_an_object_deleted_while_its_write_waits() -> None:
+    q = queued_kind()
+    watched(q.kind, obj("a"), "ADDED")
+    watched(q.kind, obj("b"), "ADDED")
+    q.queue.run_once()
+    q.kind.cache.remove("uid-a")
+    q.kind.forget("uid-a")
+    write(q)
+    assert q.objects.patched == ["b"]
+
+
+def test_patches_staged_in_turn_are_sent_as_one_where_a_merge_patch_can_say_both() -> None:
+    assert statuswrites.composed({"a": 1, "c": {"x": 1}}, {"b": 2, "c": {"y": None}}) == \
+        {"a": 1, "b": 2, "c": {"x": 1, "y": None}}
+    assert statuswrites.composed({"a": {"x": 1}}, {"a": None}) == {"a": None}
+    # An object set where the first removed or replaced one: merged into the server's
+    # object if sent as one, so sent as two.
+    assert statuswrites.composed({"a": None}, {"a": {"y": 2}}) is None
+    assert statuswrites.composed({"a": [1]}, {"a": {"y": 2}}) is None

@@ -12,13 +12,14 @@ So the kind's watch events (kopf's, still: one LIST, then a WATCH from its
 resourceVersion, reconnects and peering as kopf does them) only feed the cache
 and tell this queue which objects changed (new, or a new generation,
 annotations or labels; a status-only event -- this operator's own write -- is
-none). :data:`WRITERS` threads take the pending objects :data:`BATCH` at a time
-and pass each of them (the resync loop's pass: the row written, one status
-PATCH when the status changed, Events through kopf's poster); so at most
-``WRITERS`` status writes are in flight, no annotation is written, and the
-digests a batch's passes start from are read with one query. A pass that
-failed (the database or the API server unavailable, a write refused) is taken
-again after :data:`RETRY_SECONDS`, as kopf's handler backoff did.
+none). :data:`PASSERS` threads take the pending objects :data:`BATCH` at a time
+and pass each of them (the resync loop's pass: the row written, the status
+staged for the kind's own writers, statuswrites.py, which send one status
+PATCH per object with at most a few in flight; Events through kopf's poster);
+no annotation is written, no pass waits for the API server, and the digests a
+batch's passes start from are read with one query. A pass that failed (the
+database unavailable) is taken again after :data:`RETRY_SECONDS`, as kopf's
+handler backoff did.
 
 The queue holds uids, each once: an object that changes again while pending is
 passed once, from the newest body in the cache.
@@ -34,8 +35,8 @@ from collections.abc import Callable, Sequence
 
 logger = logging.getLogger("jobwarden.controller.changes")
 
-#: Threads passing changed objects: at most this many status writes in flight.
-WRITERS = 4
+#: Threads passing changed objects.
+PASSERS = 4
 #: Objects a writer takes at once (their digests are read with one query).
 BATCH = 64
 #: A failed pass is taken again after this many seconds.
@@ -48,7 +49,7 @@ Process = Callable[[Sequence[tuple[str, str]]], Sequence[str]]
 class ChangeQueue:
     """Pending objects by uid (first in, first out; each once), passed by writer threads."""
 
-    def __init__(self, name: str, process: Process, *, writers: int = WRITERS,
+    def __init__(self, name: str, process: Process, *, writers: int = PASSERS,
                  batch: int = BATCH, retry_seconds: float = RETRY_SECONDS,
                  paused: Callable[[], bool] = lambda: False) -> None:
         self.name = name

@@ -7,6 +7,8 @@ for the others), or at once when nudged (a pod of a pool changed), an object
 is reconciled from its cached body, and the status patch the reconciler built
 is sent with one merge PATCH of the status subresource (only when it is not
 empty: an idle object costs no API call). The answer goes back into the cache.
+A queued kind's (JobSchedule's) patch is handed to its status writers instead
+(statuswrites.py), so no pass waits for the API server.
 A kind with a fingerprinter (JobSchedule, ExclusiveJob) reads the digests of
 its due objects with one query and passes only those whose digest changed
 since their last pass (kinds.py says why), those with time-driven work, and
@@ -54,6 +56,7 @@ from jobwarden.controller.kube import events
 from jobwarden.controller.kube.client import CustomObjects
 from jobwarden.controller.kube.kinds import UNSEEN, Kind, Mark
 from jobwarden.controller.runtime import Runtime
+from jobwarden.controller.statuswrites import StatusWrites
 from jobwarden.maintenance.looping import Progress, stalled
 from jobwarden.observability import metrics
 
@@ -104,14 +107,23 @@ class Resync:
         for kind in self.kinds:
             kind.nudge = self._nudger(kind)
             kind.run_pass = functools.partial(self.reconcile, kind, by_resync=False)
-        #: By kind: the change queue of a queued kind (changes.py).
+        #: By kind: the change queue of a queued kind (changes.py), and its status writes
+        #: (statuswrites.py: every pass of the kind stages its status, writers send it).
         self.queues: dict[str, ChangeQueue] = {}
+        self.writes: dict[str, StatusWrites] = {}
         for kind in self.kinds:
             if kind.queued:
                 queue = ChangeQueue(kind.name, self._passer(kind),
                                     paused=lambda: bool(self.runtime.paused))
-                kind.submit, kind.forget = queue.submit, queue.forget
-                self.queues[kind.name] = queue
+                writes = StatusWrites(
+                    kind, patch_status=functools.partial(self.patch_status, kind),
+                    post=functools.partial(self._in_context, events.post_held),
+                    gone=functools.partial(self.gone, kind),
+                    failed=functools.partial(self.runtime.failed, kind.name),
+                    paused=lambda: bool(self.runtime.paused))
+                kind.submit = queue.submit
+                kind.forget = functools.partial(_forget, queue, writes)
+                self.queues[kind.name], self.writes[kind.name] = queue, writes
 
     def _passer(self, kind: Kind) -> Any:
         def process(taken: list[tuple[str, str]]) -> list[str]:
@@ -142,6 +154,8 @@ class Resync:
         self._thread.start()
         for queue in self.queues.values():
             queue.start()
+        for writes in self.writes.values():
+            writes.start()
 
     def stop(self, timeout: float = 10.0) -> None:
         self._stop.set()
@@ -151,6 +165,8 @@ class Resync:
             self._thread.join(timeout)
         for queue in self.queues.values():
             queue.stop(timeout)
+        for writes in self.writes.values():
+            writes.stop(timeout)
 
     def alive(self) -> tuple[bool, str]:
         if self._thread is not None and not self._thread.is_alive() and not self._stop.is_set():
@@ -293,6 +309,8 @@ class Resync:
         """One pass of one cached object, its status patch sent, the answer cached, then
         the Events of the transitions that status records (kube/events.py); the one
         status writer of the operator (kopf's change handlers pass through here too).
+        A queued kind's status is staged instead (the cache shows it at once) and sent
+        by the kind's :class:`StatusWrites`, with its Events, without this pass waiting.
         ``digest`` (read before the pass) is recorded as what the pass started from
         (``by_resync``: by a time-driven pass, not the pass of a change). False when
         the pass or its status write failed (the change queue or kopf takes it again)."""
@@ -327,8 +345,12 @@ class Resync:
             if not status:
                 self._in_context(events.post_held, held)
                 return True
+            writes = self.writes.get(kind.name)
+            if writes is not None:  # sent by the kind's writers; the cache shows it now
+                writes.stage(uid, namespace, name, status, held)
+                return True
             try:
-                updated = self.objects[kind.name].patch_status(namespace, name, status)
+                updated = self.patch_status(kind, namespace, name, status)
             except Exception as exc:
                 # Nothing of the transitions told: the next pass decides them again from
                 # the status that is there, and tells them once its write succeeded.
@@ -344,6 +366,10 @@ class Resync:
         if updated is None:
             self.gone(kind, body)
         return True
+
+    def patch_status(self, kind: Kind, namespace: str, name: str, status: dict[str, Any]
+                     ) -> dict[str, Any] | None:
+        return self.objects[kind.name].patch_status(namespace, name, status)
 
     def mark(self, kind: Kind, uid: str, digest: Hashable | None, now: float, *,
              by_resync: bool = True) -> None:
@@ -421,6 +447,12 @@ class Resync:
                 logger.warning("%s: sweep failed (retried in %.0f s): %s", kind.name,
                                SWEEP_SECONDS, exc)
         return ok
+
+
+def _forget(queue: ChangeQueue, writes: StatusWrites, uid: str) -> None:
+    """A queued kind's object is gone: neither passed nor written (again)."""
+    queue.forget(uid)
+    writes.forget(uid)
 
 
 def _identity(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,14 @@ so a late watch event cannot undo a write. A deletion the watch missed (a
 relist after an expired resource version) leaves a phantom: the resync loop
 verifies every cached object now and then with one GET and drops what is gone
 (``resyncing``), and 404 on a write drops it at once.
+
+A status decided and not written yet (a queued kind's passes hand their status
+patches to writers of their own, controller/statuswrites.py) is *staged*: the
+bodies keep what the API server said, and every read of the object sees the
+staged patches applied over it, in order, until the write that carries them is
+answered. So the next pass reads what was decided, not the status before it,
+and decides no transition twice; a watch event meanwhile (a newer spec, the
+echo of an earlier write) does not undo it.
 """
 
 from __future__ import annotations
@@ -31,6 +39,19 @@ T = TypeVar("T")
 
 #: How long a deletion is remembered, so a late event of the deleted object is ignored.
 TOMBSTONE_SECONDS = 120.0
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """``patch`` applied to ``target`` as a JSON merge patch (RFC 7386); pure."""
+    if not isinstance(patch, Mapping):
+        return copy.deepcopy(patch)
+    merged = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = merge_patch(merged.get(key), value)
+    return merged
 
 
 def version_of(body: Mapping[str, Any]) -> int | None:
@@ -58,6 +79,9 @@ class ObjectCache:
         self._lock = threading.Lock()
         self._bodies: dict[str, dict[str, Any]] = {}
         self._tombstones: dict[str, tuple[float, int | None]] = {}
+        #: By uid: the staged status patches, (number, patch) in the order staged.
+        self._staged: dict[str, list[tuple[int, dict[str, Any]]]] = {}
+        self._stages = 0
 
     def put(self, body: Mapping[str, Any]) -> bool:
         """Keep ``body`` unless the same or a newer one (or its deletion) is known.
@@ -89,13 +113,44 @@ class ObjectCache:
             self._tombstones = {k: v for k, v in self._tombstones.items()
                                 if now - v[0] < TOMBSTONE_SECONDS}
             body = self._bodies.pop(uid, None)
+            self._staged.pop(uid, None)
             self._tombstones[uid] = (now, version_of(body) if body else None)
             return body
+
+    def stage_status(self, uid: str, status: Mapping[str, Any]) -> int:
+        """A status merge patch on its way to the API server, seen by every read of the
+        object from now on; its number (for :meth:`written`), 0 if nothing is cached."""
+        with self._lock:
+            if uid not in self._bodies:
+                return 0
+            self._stages += 1
+            self._staged.setdefault(uid, []).append((self._stages, copy.deepcopy(dict(status))))
+            return self._stages
+
+    def written(self, uid: str, upto: int) -> None:
+        """The staged patches up to number ``upto`` were written (their answer put)."""
+        with self._lock:
+            left = [(n, p) for n, p in self._staged.get(uid, []) if n > upto]
+            if left:
+                self._staged[uid] = left
+            else:
+                self._staged.pop(uid, None)
+
+    def _view(self, uid: str, body: dict[str, Any]) -> dict[str, Any]:
+        """The body as the operator reads it: its staged patches applied (under the lock;
+        a new top-level dict where there are some, else the cached body itself)."""
+        patches = self._staged.get(uid)
+        if not patches:
+            return body
+        status = body.get("status") or {}
+        for _, patch in patches:
+            status = merge_patch(status, patch)
+        return {**body, "status": status}
 
     def get(self, uid: str) -> dict[str, Any] | None:
         with self._lock:
             body = self._bodies.get(uid)
-            return copy.deepcopy(body) if body is not None else None
+            return copy.deepcopy(self._view(uid, body)) if body is not None else None
 
     def uids(self) -> list[str]:
         with self._lock:
@@ -108,17 +163,18 @@ class ObjectCache:
         thousands of objects each pass."""
         with self._lock:
             if uids is None:
-                return {uid: fn(body) for uid, body in self._bodies.items()}
-            return {uid: fn(self._bodies[uid]) for uid in uids if uid in self._bodies}
+                return {uid: fn(self._view(uid, body)) for uid, body in self._bodies.items()}
+            return {uid: fn(self._view(uid, self._bodies[uid])) for uid in uids
+                    if uid in self._bodies}
 
     def bodies(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [copy.deepcopy(b) for b in self._bodies.values()]
+            return [copy.deepcopy(self._view(u, b)) for u, b in self._bodies.items()]
 
     def owned_by(self, owner_uid: str) -> list[dict[str, Any]]:
         """The cached objects with an ownerReference to ``owner_uid``."""
         with self._lock:
-            return [copy.deepcopy(b) for b in self._bodies.values()
+            return [copy.deepcopy(self._view(u, b)) for u, b in self._bodies.items()
                     if owner_uid in owners_of(b)]
 
     def replace_owned(self, owner_uid: str, bodies: list[dict[str, Any]]) -> None:
