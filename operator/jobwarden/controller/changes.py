@@ -1,7 +1,7 @@
 """The change queue of a kind whose changes are not kopf's: passes in batches, writes bounded.
 
-Why (JobSchedule, the kind that comes by the ten thousand): through kopf's
-change handlers every new object cost two PATCHes -- kopf's
+Why (JobSchedule and ExclusiveJob, the kinds that come by the thousand):
+through kopf's change handlers every new object cost two PATCHes -- kopf's
 ``last-handled-configuration`` annotation, then the status -- besides the
 Events, and kopf sends them from one task per object with no bound but
 aiohttp's connection limit. At a start with 10,000 JobSchedules the API server

@@ -10,7 +10,7 @@ namespace) every such object hung in Terminating. So:
 
 * create/update/resume run a pass at once from kopf (no finalizer needed), with
   the status written by the resync loop's writer (``Kind.run_pass``),
-  except for a ``queued`` kind (JobSchedule): its watch events queue the changed
+  except for a ``queued`` kind (JobSchedule, ExclusiveJob): its watch events queue the changed
   objects for the operator's change queue (controller/changes.py says why);
 * every watched object is kept in the kind's cache (kopf's indexing step feeds
   it, see :mod:`jobwarden.controller.kube.caching`; for the kinds registered

@@ -7,7 +7,7 @@ for the others), or at once when nudged (a pod of a pool changed), an object
 is reconciled from its cached body, and the status patch the reconciler built
 is sent with one merge PATCH of the status subresource (only when it is not
 empty: an idle object costs no API call). The answer goes back into the cache.
-A queued kind's (JobSchedule's) patch is handed to its status writers instead
+A queued kind's (JobSchedule's, ExclusiveJob's) patch goes to its status writers instead
 (statuswrites.py), so no pass waits for the API server.
 A kind with a fingerprinter (JobSchedule, ExclusiveJob) reads the digests of
 its due objects with one query and passes only those whose digest changed

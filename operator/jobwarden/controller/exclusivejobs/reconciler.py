@@ -262,5 +262,6 @@ class ExclusiveJobReconciler:
 def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> ExclusiveJobReconciler:
     reconciler = ExclusiveJobReconciler(runtime)
     handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler,
-                      deleter=reconciler, indexed=False, fingerprinter=reconciler)
+                      deleter=reconciler, indexed=False, fingerprinter=reconciler,
+                      queued=True)
     return reconciler
