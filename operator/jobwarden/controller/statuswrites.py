@@ -18,7 +18,9 @@ carried are dropped, and the Events they held are posted (one Event per
 transition, only once its status is written: kube/events.py). A write that
 failed is sent again after :data:`RETRY_SECONDS`, before anything staged after
 it, its Events still held; an object gone (404, or no longer cached) is
-dropped.
+dropped. What waits when the operator stops is not sent: kopf's Event poster
+is gone by then, and the next start decides those transitions again, writes
+them and tells them.
 """
 
 from __future__ import annotations
