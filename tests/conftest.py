@@ -47,7 +47,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 #: Fixtures that start another control plane of their own (tests/cluster): the longest tests.
-_EXTRA_PLANES = frozenset({"second_plane", "lifecycle_plane"})
+_EXTRA_PLANES = frozenset({"second_plane", "lifecycle_plane", "own_plane"})
 #: Fixtures that start real processes (the operator, workers, the emulator tier's cluster).
 _PROCESSES = frozenset({"start_operator", "spawn_worker", "cluster"})
 
