@@ -178,6 +178,10 @@ class RealCluster:
             "operator": {"watchNamespaces": [self.namespace],
                          "extraEnv": [{"name": k, "value": v}
                                       for k, v in OPERATOR_ENV.items()],
+                         # Started and ready within a second of answering: the chart's
+                         # startup probe checks every 5 s (so an operator start took up
+                         # to 5 s more); 300 checks keep its 300 s budget.
+                         "startupProbe": {"periodSeconds": 1, "failureThreshold": 300},
                          "readinessProbe": {"periodSeconds": 1},
                          "terminationGracePeriodSeconds": 10},
         }

@@ -340,30 +340,29 @@ def kopf_retries(log: str) -> int:
 # -- the workload -------------------------------------------------------------------------
 
 def apply_workload(cluster: RealCluster) -> None:
+    """The pool, both schedules and the first ExclusiveJob: one manifest, one apply."""
     ns = cluster.namespace
     cluster.api.create(secret("db", ns, cluster.dsn))
-    cluster.kubectl.apply(worker_pool("workers", ns, "db", image=OLD_APP, replicas=1,
-                                      rollout={"maxSurge": 1, "maxUnavailable": 0}))
-    cluster.kubectl.apply({
-        "apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
-        "metadata": {"name": "tick", "namespace": ns},
-        "spec": {"interval": "1s", "job": {"class": "tests.support.testjobs:Record"},
-                 "successfulJobsHistoryLimit": 10000}})
-    cluster.kubectl.apply({
-        "apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
-        "metadata": {"name": "pod-tick", "namespace": ns},
-        "spec": {"interval": "8s", "job": {"class": "tests.support.testjobs:Record"},
-                 "successfulJobsHistoryLimit": 10000, "dsnSecretRef": {"name": "db"},
-                 "podTemplate": {"spec": {"containers": [{"name": "job", "image": OLD_APP}]}}}})
-    exclusive(cluster, "before")
+    cluster.kubectl.apply([
+        worker_pool("workers", ns, "db", image=OLD_APP, replicas=1,
+                    rollout={"maxSurge": 1, "maxUnavailable": 0}),
+        {"apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
+         "metadata": {"name": "tick", "namespace": ns},
+         "spec": {"interval": "1s", "job": {"class": "tests.support.testjobs:Record"},
+                  "successfulJobsHistoryLimit": 10000}},
+        {"apiVersion": "jobwarden.io/v1alpha1", "kind": "JobSchedule",
+         "metadata": {"name": "pod-tick", "namespace": ns},
+         "spec": {"interval": "8s", "job": {"class": "tests.support.testjobs:Record"},
+                  "successfulJobsHistoryLimit": 10000, "dsnSecretRef": {"name": "db"},
+                  "podTemplate": {"spec": {"containers": [{"name": "job", "image": OLD_APP}]}}}},
+        exclusive_job(ns, "before")])
 
 
-def exclusive(cluster: RealCluster, name: str) -> None:
-    cluster.kubectl.apply({
-        "apiVersion": "jobwarden.io/v1alpha1", "kind": "ExclusiveJob",
-        "metadata": {"name": name, "namespace": cluster.namespace},
-        "spec": {"job": {"class": "tests.support.testjobs:Sleepy", "data": {"seconds": 1}},
-                 "concurrencyKey": "upgrade-test"}})
+def exclusive_job(namespace: str, name: str) -> dict[str, Any]:
+    return {"apiVersion": "jobwarden.io/v1alpha1", "kind": "ExclusiveJob",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"job": {"class": "tests.support.testjobs:Sleepy", "data": {"seconds": 1}},
+                     "concurrencyKey": "upgrade-test"}}
 
 
 def values(cluster: RealCluster, **extra: Any) -> Path:
@@ -448,9 +447,9 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
             hook.logs()
         assert "serverside-applied" in hook.logs(), hook.logs()
         assert cluster.api.list("jobs", ns) == [], "the hook Job was not deleted on success"
-        for name, text in head_crds().items():
+        for name, crd in head_crds().items():
             served = cluster.api.get("customresourcedefinitions", name, None) or {}
-            assert served["spec"]["versions"] == yamlio.load(text)["spec"]["versions"], name
+            assert served["spec"]["versions"] == crd["spec"]["versions"], name
             assert any(f.get("manager") == "kubectl" and f.get("operation") == "Apply"
                        for f in served["metadata"]["managedFields"]), name
             assert served["status"]["storedVersions"] == ["v1alpha1"], name
@@ -463,10 +462,11 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
         figures["migrations"] = [len(migration_files(previous.source)),
                                  len(migration_files(REPO))]
 
-        # Objects applied under the previous CRDs are reconciled by HEAD's operator.
+        # Objects applied under the previous CRDs are reconciled by HEAD's operator, and an
+        # ExclusiveJob applied now runs (applied first: it runs while the schedules come due).
+        cluster.kubectl.apply(exclusive_job(ns, "after-upgrade"))
         cluster.wait(lambda: all(last_job(cluster, n) > ticks[n] for n in ticks),
                      timeout=SETTLE_SECONDS, what="both schedules firing under HEAD's operator")
-        exclusive(cluster, "after-upgrade")
         cluster.wait(lambda: exclusive_done(cluster, "after-upgrade"), timeout=SETTLE_SECONDS,
                      what="an ExclusiveJob applied after the upgrade")
 
@@ -490,9 +490,9 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
                      what="the previous release's operator again")
         assert operator_code(cluster) == (OLD_OPERATOR, str(previous.python))
         assert migrations(dsn) == migration_files(REPO), "the schema stays at HEAD's"
+        cluster.kubectl.apply(exclusive_job(ns, "after-rollback"))
         cluster.wait(lambda: all(last_job(cluster, n) > ticks[n] for n in ticks),
                      timeout=SETTLE_SECONDS, what="both schedules firing after the rollback")
-        exclusive(cluster, "after-rollback")
         cluster.wait(lambda: exclusive_done(cluster, "after-rollback"), timeout=SETTLE_SECONDS,
                      what="an ExclusiveJob applied after the rollback")
         rollout_at = time.monotonic()
@@ -572,13 +572,17 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
     print("helm upgrade figures:", json.dumps(figures))
 
 
-def head_crds() -> dict[str, str]:
-    """CRD name -> HEAD's file text, for the jobwarden.io CRDs the chart ships."""
-    found = {}
-    for path in sorted((CHART / "crds").glob("jobwarden.io_*.yaml")):
-        text = path.read_text()
-        found[yamlio.load(text)["metadata"]["name"]] = text
-    return found
+def load_crds(directory: Path) -> dict[str, dict[str, Any]]:
+    """CRD name -> CRD, for the jobwarden.io CRD files in ``directory``, each read once
+    (~350 KB of YAML a file)."""
+    crds = [yamlio.load(path.read_text())
+            for path in sorted(directory.glob("jobwarden.io_*.yaml"))]
+    return {crd["metadata"]["name"]: crd for crd in crds}
+
+
+def head_crds() -> dict[str, dict[str, Any]]:
+    """CRD name -> CRD, for the jobwarden.io CRDs HEAD's chart ships."""
+    return load_crds(CHART / "crds")
 
 
 KINDS = {"WorkerPool": "workerpools", "JobSchedule": "jobschedules",
@@ -609,10 +613,8 @@ def test_objects_written_under_the_previous_crds_stay_valid_under_heads(
     api = own_plane.admin_api()
     kubectl = Kubectl(own_plane.kubeconfig, cache_dir=tmp_path / "kubectl", timeout=120)
     remove_jobwarden_crds(api)
-    old_files = sorted((previous.source / "crds").glob("*.yaml"))
-    old_crds = {crd["metadata"]["name"]: crd
-                for crd in (yamlio.load(p.read_text()) for p in old_files)}
-    new_crds = {name: yamlio.load(text) for name, text in head_crds().items()}
+    old_crds = load_crds(previous.source / "crds")
+    new_crds = head_crds()
 
     # The policy between the two files (what a conversion-free upgrade needs).
     for name, old in old_crds.items():
@@ -624,16 +626,17 @@ def test_objects_written_under_the_previous_crds_stay_valid_under_heads(
                    for crd in (old, new_crds[name])]
         assert storage[0] == storage[1], f"{name}: the storage version changed: {storage}"
 
-    # The previous release's CRDs, created as `helm install` creates them, and its objects.
-    kubectl("create", "-f", str(previous.source / "crds"))
+    # The previous release's CRDs, created as `helm install` creates them (a POST each), and
+    # its objects, applied as a user applies the documentation's manifests (one file).
+    for crd in old_crds.values():
+        api.create(crd)
     api.wait(lambda: established(api, list(old_crds)), timeout=60,
              what="the previous CRDs Established")
     namespace = f"t-{uuid.uuid4().hex[:10]}"
     api.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     objects = documented_objects(previous.source / "docs" / "kubernetes.md", namespace)
     assert {o["kind"] for o in objects} == set(KINDS)
-    for obj in objects:
-        kubectl.apply(obj)
+    kubectl.apply(objects)
 
     # HEAD's CRDs, as the hook Job and the manual path apply them.
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CHART / "crds"))
@@ -642,12 +645,19 @@ def test_objects_written_under_the_previous_crds_stay_valid_under_heads(
     for name in old_crds:
         crd = api.get("customresourcedefinitions", name, None) or {}
         assert crd["status"]["storedVersions"] == ["v1alpha1"], name
-    for obj in objects:
-        plural, name = KINDS[obj["kind"]], obj["metadata"]["name"]
-        stored = api.get(plural, name, namespace)
-        assert stored is not None and set(obj["spec"]) <= set(stored["spec"]), (plural, name)
-        kubectl.apply(obj)  # the same manifest again, as a GitOps sync does
-        kubectl("label", plural, name, "-n", namespace, "upgraded=yes")
-        again = {**obj, "metadata": {**obj["metadata"], "name": f"{name}-again"}}
-        kubectl.apply(again)  # a new object from the same manifest (another cluster, team)
+    stored = [(KINDS[obj["kind"]], obj["metadata"]["name"]) for obj in objects]
+    for obj, (plural, name) in zip(objects, stored, strict=True):
+        found = api.get(plural, name, namespace)
+        assert found is not None and set(obj["spec"]) <= set(found["spec"]), (plural, name)
+    # The same manifest again, as a GitOps sync does (client-side apply), with a new object
+    # of each from it (another cluster, team): one file, as a sync of the directory; then
+    # each stored object updated.
+    again = [{**obj, "metadata": {**obj["metadata"], "name": f"{obj['metadata']['name']}-again"}}
+             for obj in objects]
+    kubectl.apply([*objects, *again])
+    kubectl("label", "-n", namespace, *(f"{plural}/{name}" for plural, name in stored),
+            "upgraded=yes")
+    for plural, name in stored:
+        found = api.get(plural, name, namespace) or {}
+        assert (found["metadata"].get("labels") or {}).get("upgraded") == "yes", (plural, name)
         assert api.get(plural, f"{name}-again", namespace) is not None, (plural, name)
