@@ -25,10 +25,11 @@ REPO = Path(__file__).resolve().parent.parent
 
 #: The emulated Kubernetes API's fixtures (kube_api, kube_api_factory, kube_crd_paths,
 #: kubectl), registered once for every tier (docs/testing-kubernetes.md), and CI's rule
-#: that a tier which skips fails (tests/support/ci_skips.py), and the timeout alarm held off
-#: while a report is built (tests/support/timeoutguard.py).
+#: that a tier which skips fails (tests/support/ci_skips.py), the timeout alarm held off
+#: while a report is built (tests/support/timeoutguard.py), and xdist's cap on control-plane
+#: tests at once (tests/support/planecap.py).
 pytest_plugins = ["tests.support.kube.plugin", "tests.support.ci_skips",
-                  "tests.support.timeoutguard"]
+                  "tests.support.timeoutguard", "tests.support.planecap"]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -43,6 +44,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "pg_server" in getattr(item, "fixturenames", ()) or _starts_own_server(item):
             item.add_marker(pytest.mark.db)
+        if _cost_class(item) <= 1:
+            item.add_marker(pytest.mark.plane)
     items.sort(key=_cost_class)
 
 
@@ -65,7 +68,7 @@ def _cost_class(item: pytest.Item) -> int:
     names = set(getattr(item, "fixturenames", ()))
     if names & _EXTRA_PLANES:
         return 0
-    if "control_plane" in names:
+    if "control_plane" in names or "kube_tools_dir" in names:  # the last: a bench's own plane
         return 1
     if names & _PROCESSES or item.get_closest_marker("slow") is not None:
         return 2
