@@ -35,10 +35,10 @@ def test_an_idle_pool_is_reconciled_from_the_pod_watch_not_by_listing(cluster: C
     cluster.wait(lambda: cluster.settled("workers", replicas=1), timeout=90,
                  what="one ready pod")
     start = unchanged_passes(cluster)
-    cluster.wait(lambda: unchanged_passes(cluster) >= start + 2, timeout=30,
+    cluster.wait(lambda: unchanged_passes(cluster) >= start + 2, timeout=120,
                  what="the pool's passes settling")
     seen, first = len(cluster.api.requests), unchanged_passes(cluster)
-    cluster.wait(lambda: unchanged_passes(cluster) >= first + PASSES, timeout=60,
+    cluster.wait(lambda: unchanged_passes(cluster) >= first + PASSES, timeout=180,
                  what=f"{PASSES} idle passes")
     passes = unchanged_passes(cluster) - first
     calls = operator_calls(cluster.api.requests[seen:])

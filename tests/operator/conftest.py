@@ -53,8 +53,10 @@ class OperatorProcess:
 
     def get(self, path: str) -> tuple[int, str]:
         try:
+            # A hang bound: a full run kept an operator's /metrics unanswered for over 5 s
+            # (two cores, load ~25).
             with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}",
-                                        timeout=5) as response:
+                                        timeout=60) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode()
