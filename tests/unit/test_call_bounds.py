@@ -6,6 +6,7 @@ socket: what it does to a call past its deadline is what libpq then sees.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
 
@@ -16,6 +17,7 @@ from jobwarden.db.database import Database
 from jobwarden.db.deadlines import TCP_OPTIONS, CallBounds, Watchdog, tcp_options
 from jobwarden.settings import WorkerSettings
 from jobwarden.worker.worker import _fit_heartbeat_bound
+from tests.support.waiting import wait_for
 
 
 def test_bounds_come_from_their_variables_with_units_and_bad_values_are_refused() -> None:
@@ -62,6 +64,37 @@ def test_a_call_past_its_deadline_has_its_socket_shut_down_and_disarm_says_so(
     assert ours.recv(1) == b""  # what libpq reads: end of file, as for a dropped connection
     assert watchdog.disarm(token) is False
     assert watchdog.abandoned == 1
+
+
+def test_what_an_abandoned_call_left_unsent_never_reaches_the_server() -> None:
+    """A request stuck behind a partition is dropped with its connection: once the
+    network is back, the server must not receive it and run it (seen in a full run: a
+    claim abandoned during a packet drop reached the server when the drop ended and
+    held its jobs, unknown to the worker, until the reaper freed them a minute later).
+    Here the server reads nothing until the caller has closed the abandoned connection,
+    so the tail of the request is still in the client's send queue at the close."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    ours = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    ours.setblocking(False)
+    sent = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            sent += ours.send(b"q" * 65536)
+    watchdog = Watchdog(tick=0.01)
+    token = watchdog.arm(_Conn(ours), deadline=0.0)  # already past
+    wait_for(lambda: watchdog.abandoned == 1, timeout=60, message="the call abandoned")
+    assert watchdog.disarm(token) is False
+    ours.close()  # what the caller does with an abandoned connection
+    server.settimeout(60)
+    received = 0
+    with pytest.raises(ConnectionResetError):
+        while chunk := server.recv(65536):
+            received += len(chunk)
+    assert received < sent
+    server.close()
+    listener.close()
 
 
 def test_a_call_answered_in_time_is_left_alone(

@@ -37,6 +37,7 @@ import itertools
 import logging
 import math
 import socket
+import struct
 import threading
 import time
 from collections.abc import Mapping
@@ -247,6 +248,10 @@ class Watchdog:
             _shut_down(entry[1])
 
 
+#: ``struct linger`` {on, 0 s}: close resets the connection, dropping unsent data.
+_NO_LINGER = struct.pack("ii", 1, 0)
+
+
 def _shut_down(conn: Any) -> None:
     """End the connection's socket both ways without closing its descriptor (libpq's)."""
     try:
@@ -257,6 +262,11 @@ def _shut_down(conn: Any) -> None:
         # fromfd duplicates the descriptor: shutting the duplicate down ends the one
         # socket both refer to; closing the duplicate leaves libpq's open.
         with socket.fromfd(fd, socket.AF_INET, socket.SOCK_STREAM) as dup:
+            # A zero linger makes the caller's close of the abandoned connection (the
+            # last descriptor, right after) reset it and drop what is still queued to
+            # send. A plain close delivers that once a partition heals: an abandoned
+            # claim then ran on the server a minute late, its jobs held until reaped.
+            dup.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _NO_LINGER)
             dup.shutdown(socket.SHUT_RDWR)
     except OSError as exc:
         logger.debug("could not shut an abandoned connection down: %s", exc)
