@@ -218,16 +218,16 @@ def test_passes_go_on_while_status_writes_wait_and_at_most_WRITERS_are_in_flight
     try:
         for i in range(count):
             watched(q.kind, obj(f"s{i}"), "ADDED")
-        wait_for(lambda: len(q.reconciler.passes) == count, timeout=30,
+        wait_for(lambda: len(q.reconciler.passes) == count, timeout=60,
                  message="every object passed while its status write waits")
-        wait_for(lambda: q.objects.in_flight == statuswrites.WRITERS, timeout=30,
+        wait_for(lambda: q.objects.in_flight == statuswrites.WRITERS, timeout=60,
                  message="every status writer busy")
         assert q.writes.pending() == count and q.objects.patched == []
         # What each pass decided is what the cache shows, written or not.
         assert all(q.kind.cache.get(f"uid-s{i}")["status"] == {"seen": 1}  # type: ignore[index]
                    for i in range(count))
         q.objects.hold.set()
-        wait_for(lambda: len(q.objects.patched) == count, timeout=30,
+        wait_for(lambda: len(q.objects.patched) == count, timeout=60,
                  message="every status written")
     finally:
         q.objects.hold.set()

@@ -60,7 +60,7 @@ def test_new_exclusive_jobs_cost_one_status_write_each_and_a_restart_writes_noth
         kube_api.create(exclusive(f"x{i}"))
     wait_for(lambda: every_status_written(kube_api), timeout=90,
              message="every ExclusiveJob's status")
-    wait_for(lambda: reconciled(operator, "created") == EXCLUSIVE, timeout=30,
+    wait_for(lambda: reconciled(operator, "created") == EXCLUSIVE, timeout=120,
              message="a job enqueued for every ExclusiveJob")
     # Settled: every object skipped by the resync loop once since (its digest held).
     wait_skipped_once_more(operator, "the resync loop skipping the settled objects")
