@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any
 
 from jobwarden.api.client import Client
+from tests.operator import test_schedule_writes as writes_of
 from tests.operator.conftest import OperatorProcess
-from tests.operator.test_schedule_writes import writes
 from tests.support.kube import KubeAPI
 from tests.support.waiting import wait_for
 
@@ -32,17 +32,11 @@ def exclusive(name: str) -> dict[str, Any]:
 
 
 def reconciled(operator: OperatorProcess, result: str) -> float:
-    return operator.metric("jobwarden_operator_reconciles_total", kind="ExclusiveJob",
-                           result=result) or 0.0
+    return writes_of.reconciled(operator, result, kind="ExclusiveJob")
 
 
 def wait_skipped_once_more(operator: OperatorProcess, message: str) -> None:
-    """Until the resync loop has skipped every object once more (its digest held)."""
-    def skipped() -> float:
-        return operator.metric("jobwarden_operator_passes_skipped_total",
-                               kind="ExclusiveJob") or 0.0
-    settled = skipped()
-    wait_for(lambda: skipped() >= settled + EXCLUSIVE, timeout=60, message=message)
+    writes_of.wait_skipped_once_more(operator, message, kind="ExclusiveJob", count=EXCLUSIVE)
 
 
 def every_status_written(kube_api: KubeAPI) -> bool:
@@ -65,10 +59,8 @@ def test_new_exclusive_jobs_cost_one_status_write_each_and_a_restart_writes_noth
     # Settled: every object skipped by the resync loop once since (its digest held).
     wait_skipped_once_more(operator, "the resync loop skipping the settled objects")
 
-    made = writes(kube_api.requests[seen:])
-    annotated = [w for w in made if w.startswith("PATCH ") and "/exclusivejobs/" in w
-                 and not w.endswith("/status")]
-    statuses = [w for w in made if w.startswith("PATCH ") and w.endswith("/status")]
+    made = writes_of.writes(kube_api.requests[seen:])
+    annotated, statuses = writes_of.object_writes(made, "exclusivejobs")
     assert annotated == []  # no kopf annotation (nor any other write of the object)
     assert sorted(statuses) == sorted(
         f"PATCH /apis/jobwarden.io/v1alpha1/namespaces/default/exclusivejobs/x{i}/status"
@@ -84,6 +76,6 @@ def test_new_exclusive_jobs_cost_one_status_write_each_and_a_restart_writes_noth
              message="a pass of every object after the restart")
     wait_skipped_once_more(operator, "the resync loop skipping the resumed objects")
     assert reconciled(operator, "unchanged") == EXCLUSIVE  # one pass each
-    assert [w for w in writes(kube_api.requests[seen:]) if "/exclusivejobs" in w] == []
+    assert [w for w in writes_of.writes(kube_api.requests[seen:]) if "/exclusivejobs" in w] == []
     assert reconciled(operator, "created") == 0
     assert len(client.jobs()) == EXCLUSIVE

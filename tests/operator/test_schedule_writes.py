@@ -35,19 +35,27 @@ def writes(requests: list[Any]) -> list[str]:
             if r.method.value not in ("GET", "HEAD")]
 
 
-def reconciled(operator: OperatorProcess, result: str) -> float:
-    return operator.metric("jobwarden_operator_reconciles_total", kind="JobSchedule",
+def reconciled(operator: OperatorProcess, result: str, kind: str = "JobSchedule") -> float:
+    return operator.metric("jobwarden_operator_reconciles_total", kind=kind,
                            result=result) or 0.0
 
 
-def skipped(operator: OperatorProcess) -> float:
-    return operator.metric("jobwarden_operator_passes_skipped_total", kind="JobSchedule") or 0.0
-
-
-def wait_skipped_once_more(operator: OperatorProcess, message: str) -> None:
+def wait_skipped_once_more(operator: OperatorProcess, message: str, *,
+                           kind: str = "JobSchedule", count: int = SCHEDULES) -> None:
     """Until the resync loop has skipped every object once more (its digest held)."""
-    settled = skipped(operator)
-    wait_for(lambda: skipped(operator) >= settled + SCHEDULES, timeout=60, message=message)
+    def skipped() -> float:
+        return operator.metric("jobwarden_operator_passes_skipped_total", kind=kind) or 0.0
+    settled = skipped()
+    wait_for(lambda: skipped() >= settled + count, timeout=60, message=message)
+
+
+def object_writes(made: list[str], plural: str) -> tuple[list[str], list[str]]:
+    """Of the writes ``made``: the PATCHes of a ``plural`` object itself (kopf's
+    annotation, for one), and the status PATCHes."""
+    annotated = [w for w in made if w.startswith("PATCH ") and f"/{plural}/" in w
+                 and not w.endswith("/status")]
+    statuses = [w for w in made if w.startswith("PATCH ") and w.endswith("/status")]
+    return annotated, statuses
 
 
 def every_status_written(kube_api: KubeAPI) -> bool:
@@ -73,9 +81,7 @@ def test_new_schedules_cost_one_status_write_each_and_a_restart_writes_nothing(
     wait_skipped_once_more(operator, "the resync loop skipping the settled objects")
 
     made = writes(kube_api.requests[seen:])
-    annotated = [w for w in made if w.startswith("PATCH ") and "/jobschedules/" in w
-                 and not w.endswith("/status")]
-    statuses = [w for w in made if w.startswith("PATCH ") and w.endswith("/status")]
+    annotated, statuses = object_writes(made, "jobschedules")
     events = [w for w in made if w.startswith("POST ") and w.endswith("/events")]
     print(f"{len(made)} writes: {len(statuses)} status, {len(events)} Events")
     assert annotated == []  # no kopf annotation (nor any other write of the object)
