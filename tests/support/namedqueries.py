@@ -8,13 +8,16 @@ from jobwarden.db.database import Database
 
 
 def counting(db: Database, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Record the named queries ``db`` runs through ``rows`` from now on."""
+    """Record the named queries ``db`` runs through ``rows`` (``row`` too) and
+    ``execute`` from now on, in order."""
     calls: list[str] = []
-    original = db.rows
+    for method in ("rows", "execute"):
+        original = getattr(db, method)
 
-    def counted(name: str, *args: object, **kwargs: object) -> object:
-        calls.append(name)
-        return original(name, *args, **kwargs)  # type: ignore[arg-type]
+        def counted(name: str, *args: object, _original: object = original,
+                    **kwargs: object) -> object:
+            calls.append(name)
+            return _original(name, *args, **kwargs)  # type: ignore[operator]
 
-    monkeypatch.setattr(db, "rows", counted)
+        monkeypatch.setattr(db, method, counted)
     return calls

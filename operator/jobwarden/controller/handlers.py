@@ -46,6 +46,7 @@ import kopf
 from jobwarden.controller.kube import caching, resource_metrics
 from jobwarden.controller.kube.kinds import (
     UNSEEN,
+    Batcher,
     Deleter,
     Fingerprinter,
     Kind,
@@ -74,14 +75,17 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime, *, kind: str,
              deleter: Deleter | None = None, sweeper: Sweeper | None = None,
              interval: float | None = None, backoff: float = 5,
              change_id: str = "reconcile", indexed: bool = True,
-             fingerprinter: Fingerprinter | None = None, queued: bool = False) -> Kind:
+             fingerprinter: Fingerprinter | None = None, queued: bool = False,
+             batcher: Batcher | None = None) -> Kind:
     """Wire ``reconciler`` for ``resource`` and add the kind to the resync loop's.
 
     ``queued``: no kopf change handler; the watch events queue the changed objects
-    for the operator's change queue (controller/changes.py says why)."""
+    for the operator's change queue (controller/changes.py says why); ``batcher``: the
+    queue's batches of passes run inside its :meth:`~Batcher.batch`."""
     group, version, plural = resource
     watched = Kind(name=kind, resource=resource, reconciler=reconciler, deleter=deleter,
                    sweeper=sweeper, fingerprinter=fingerprinter, queued=queued,
+                   batcher=batcher,
                    interval=runtime.config.status_interval if interval is None else interval)
     runtime.kinds.append(watched)
 

@@ -41,6 +41,7 @@ not kept up to date, and the active replica does the work).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -128,15 +129,28 @@ class Resync:
     def _passer(self, kind: Kind) -> Any:
         def process(taken: list[tuple[str, str]]) -> list[str]:
             """A batch of changed objects: their digests with one query, then a pass of
-            each; the uids whose pass failed (taken again later)."""
+            each (inside the kind's batch, when it has a batcher: what the passes read and
+            write, read and written once for all of them); the uids whose pass failed
+            (taken again later)."""
             now = time.monotonic()
-            digests = self.digests(kind, [uid for uid, _ in taken], now)
+            uids = [uid for uid, _ in taken]
+            digests = self.digests(kind, uids, now)
             if digests is None:
-                return [uid for uid, _ in taken]
-            return [uid for uid, trigger in taken
-                    if not self.reconcile(kind, uid, trigger=trigger,
-                                          digest=digests.get(uid, UNSEEN), now=now,
-                                          by_resync=False)]
+                return uids
+            with contextlib.ExitStack() as batch:
+                if kind.batcher is not None:
+                    bodies = list(kind.cache.project(_identity, uids).values())
+                    try:
+                        batch.enter_context(kind.batcher.batch(bodies))
+                    except Exception as exc:
+                        self.runtime.failed(kind.name)
+                        logger.warning("%s: a batch of %d not prepared, passed later: %s",
+                                       kind.name, len(uids), exc)
+                        return uids
+                return [uid for uid, trigger in taken
+                        if not self.reconcile(kind, uid, trigger=trigger,
+                                              digest=digests.get(uid, UNSEEN), now=now,
+                                              by_resync=False)]
         return process
 
     def _nudger(self, kind: Kind) -> Any:

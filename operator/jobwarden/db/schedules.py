@@ -9,7 +9,7 @@ commit together take the caller's ``conn`` (one transaction per decision).
 from __future__ import annotations
 
 import datetime
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from psycopg.types.json import Jsonb
@@ -134,6 +134,20 @@ def _spec_params(spec: ScheduleDefinition) -> dict[str, Any]:
     }
 
 
+#: schedule_insert_many's arrays, each from one of :func:`_spec_params`'s values.
+_MANY_COLUMNS = (
+    ("names", "name"), ("expressions", "expression"), ("crons", "cron"),
+    ("interval_seconds", "interval_seconds"), ("timezones", "timezone"),
+    ("job_classes", "job_class"), ("data", "data"), ("queues", "queue"),
+    ("priorities", "priority"), ("timeout_seconds", "timeout_seconds"),
+    ("max_retries", "max_retries"), ("idempotent", "idempotent"),
+    ("catch_ups", "catch_up"), ("catch_up_window_seconds", "catch_up_window_seconds"),
+    ("catch_up_maxes", "catch_up_max"), ("overlaps", "overlap"),
+    ("spec_suspended", "spec_suspended"), ("sources", "source"), ("origins", "origin"),
+    ("spec_hashes", "spec_hash"), ("pod_runs", "pod_run"),
+)
+
+
 class SchedulesTable:
     def __init__(self, db: Database) -> None:
         self._db = db
@@ -143,6 +157,14 @@ class SchedulesTable:
     def get(self, name: str) -> ScheduleRecord | None:
         found = self._db.row("schedule_get", {"name": name})
         return _record(found) if found else None
+
+    def get_many(self, names: Sequence[str]) -> dict[str, ScheduleRecord]:
+        """The schedules of ``names`` that exist, by name (one statement)."""
+        if not names:
+            return {}
+        return {record.name: record for record in
+                (_record(r) for r in self._db.rows("schedule_get_many",
+                                                   {"names": list(names)}))}
 
     def all(self) -> list[ScheduleRecord]:
         return [_record(r) for r in self._db.rows("schedule_list")]
@@ -163,6 +185,17 @@ class SchedulesTable:
         return [(int(i), str(status)) for i, status in
                 self._db.rows("schedule_active_jobs", {"name": name, "limit": limit})]
 
+    def active_jobs_many(self, names: Sequence[str], *, limit: int = 10
+                         ) -> dict[str, list[tuple[int, str]]]:
+        """:meth:`active_jobs` of every schedule of ``names`` (one statement); every name
+        is a key, [] for a schedule with none."""
+        found: dict[str, list[tuple[int, str]]] = {name: [] for name in names}
+        if names:
+            for name, i, status in self._db.rows("schedule_active_jobs_many",
+                                                 {"names": list(names), "limit": limit}):
+                found[str(name)].append((int(i), str(status)))
+        return found
+
     def job_outcomes(self, name: str, *, floor: int,
                      limit: int = 500) -> list[tuple[int, str, str | None, str | None]]:
         """(id, status, unique_key, last_error) of the schedule's jobs with ``id >=
@@ -171,11 +204,50 @@ class SchedulesTable:
                                                       "limit": limit})
         return [(int(i), str(status), key, error) for i, status, key, error in reversed(rows)]
 
+    def job_outcomes_many(self, floors: Mapping[str, int], *, limit: int = 500
+                          ) -> dict[str, list[tuple[int, str, str | None, str | None]]]:
+        """:meth:`job_outcomes` of every schedule of ``floors`` from its own floor (one
+        statement); every name is a key."""
+        found: dict[str, list[tuple[int, str, str | None, str | None]]] = {
+            name: [] for name in floors}
+        if floors:
+            for name, i, status, key, error in self._db.rows(
+                    "schedule_job_outcomes_many", {"names": list(floors),
+                                                   "floors": list(floors.values()),
+                                                   "limit": limit}):
+                found[str(name)].append((int(i), str(status), key, error))
+        for outcomes in found.values():
+            outcomes.reverse()
+        return found
+
     def trim_history(self, name: str, *, statuses: Sequence[str], keep: int,
                      batch: int = 500) -> int:
         """Delete the schedule's finished jobs in ``statuses`` beyond the newest ``keep``."""
         return self._db.execute("schedule_trim_history", {
             "name": name, "statuses": list(statuses), "keep": keep, "batch": batch})
+
+    def trim_history_many(self, keeps: Mapping[str, int], *, statuses: Sequence[str],
+                          batch: int = 500) -> dict[str, int]:
+        """:meth:`trim_history` of every schedule of ``keeps``, each keeping its own newest
+        ``keep`` (one statement); by name, how many were deleted (only names with some)."""
+        if not keeps:
+            return {}
+        deleted: dict[str, int] = {}
+        for (name,) in self._db.rows("schedule_trim_history_many", {
+                "names": list(keeps), "keeps": list(keeps.values()),
+                "statuses": list(statuses), "batch": batch}):
+            deleted[str(name)] = deleted.get(str(name), 0) + 1
+        return deleted
+
+    def set_history_limits_many(self, limits: Mapping[str, tuple[int | None, int | None]]
+                                ) -> int:
+        """:meth:`set_history_limits` of every schedule of ``limits`` (name ->
+        (successful, failed)), one statement; how many changed."""
+        if not limits:
+            return 0
+        return self._db.execute("schedule_set_history_limits_many", {
+            "names": list(limits), "successful": [s for s, _ in limits.values()],
+            "failed": [f for _, f in limits.values()]})
 
     def set_history_limits(self, name: str, *, successful: int | None,
                            failed: int | None) -> bool:
@@ -210,6 +282,27 @@ class SchedulesTable:
             "suspended_by": "spec" if spec.suspended else None,
             "planned_until": planned_until, "next_slot": next_slot,
         }, conn=conn) is not None
+
+    def insert_many(self, specs: Sequence[tuple[ScheduleDefinition, datetime.datetime]], *,
+                    planned_until: datetime.datetime, conn: Connection) -> set[str]:
+        """:meth:`insert` of many new schedules, each ``(spec, next_slot)``, in one
+        statement; the names inserted (a name that exists is left alone)."""
+        if not specs:
+            return set()
+        columns: dict[str, list[Any]] = {
+            "names": [], "expressions": [], "crons": [], "interval_seconds": [],
+            "timezones": [], "job_classes": [], "data": [], "queues": [], "priorities": [],
+            "timeout_seconds": [], "max_retries": [], "idempotent": [], "catch_ups": [],
+            "catch_up_window_seconds": [], "catch_up_maxes": [], "overlaps": [],
+            "spec_suspended": [], "sources": [], "origins": [], "spec_hashes": [],
+            "next_slots": [], "pod_runs": []}
+        for spec, next_slot in specs:
+            values = _spec_params(spec)
+            for column, key in _MANY_COLUMNS:
+                columns[column].append(values[key])
+            columns["next_slots"].append(next_slot)
+        return {str(r[0]) for r in self._db.rows(
+            "schedule_insert_many", {**columns, "planned_until": planned_until}, conn=conn)}
 
     def update(self, spec: ScheduleDefinition, *, suspended: bool, suspended_by: str | None,
                planned_until: datetime.datetime, next_slot: datetime.datetime | None,

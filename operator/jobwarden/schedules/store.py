@@ -157,6 +157,21 @@ class Schedules:
         assert found is not None
         return found
 
+    def create_many(self, specs: Sequence[ScheduleDefinition]
+                    ) -> builtins.dict[str, ScheduleRecord]:
+        """Create new schedules, already validated, as :meth:`apply` creates one (each
+        starts from now, the database clock), with a bounded number of statements
+        whatever their number; by name, the rows created. A name that exists (or is
+        created meanwhile) is left alone and not returned: :meth:`apply` it instead."""
+        if not specs:
+            return {}
+        with self.db.transaction() as conn:
+            at = self.db.schedules.now(conn=conn)
+            created = self.db.schedules.insert_many(
+                [(spec, expressions.parse_stored(spec.expression).next_after(at))
+                 for spec in specs], planned_until=at, conn=conn)
+        return self.db.schedules.get_many(sorted(created)) if created else {}
+
     def _lock_or_insert(self, spec: ScheduleDefinition, expr: expressions.Expression,
                         at: dt.datetime, conn: Connection) -> ScheduleRecord | None:
         """The locked current row, or None after inserting a new one."""
@@ -301,6 +316,10 @@ class Schedules:
     def get(self, name: str) -> ScheduleRecord | None:
         return self.db.schedules.get(name)
 
+    def get_many(self, names: Sequence[str]) -> builtins.dict[str, ScheduleRecord]:
+        """The schedules of ``names`` that exist, by name (one statement)."""
+        return self.db.schedules.get_many(names)
+
     def health(self) -> builtins.list[ScheduleHealth]:
         """Per schedule: seconds since its last success and its lag (database clock)."""
         return self.db.schedules.health()
@@ -414,6 +433,37 @@ class Schedules:
     def active_jobs(self, name: str, *, limit: int = 10) -> builtins.list[tuple[int, str]]:
         """(id, status) of the schedule's pending and processing jobs, newest first."""
         return self.db.schedules.active_jobs(name, limit=limit)
+
+    def active_jobs_many(self, names: Sequence[str], *, limit: int = 10
+                         ) -> builtins.dict[str, builtins.list[tuple[int, str]]]:
+        """:meth:`active_jobs` of many schedules (one statement); every name a key."""
+        return self.db.schedules.active_jobs_many(names, limit=limit)
+
+    def job_outcomes_many(self, floors: builtins.dict[str, int]) -> builtins.dict[
+            str, builtins.list[tuple[int, str, str | None, str | None]]]:
+        """:meth:`job_outcomes` of many schedules, each from its own floor (one
+        statement); every name a key."""
+        return self.db.schedules.job_outcomes_many(floors)
+
+    def trim_history_many(self, limits: builtins.dict[str, tuple[int | None, int | None]]
+                          ) -> builtins.dict[str, int]:
+        """:meth:`trim_history` of many schedules (name -> (successful, failed)) with at
+        most three statements whatever their number: the limits recorded, then one
+        delete per status group a schedule limits (none when no schedule does); by
+        name, how many were deleted (only names with some)."""
+        self.db.schedules.set_history_limits_many(limits)
+        deleted: builtins.dict[str, int] = {}
+        for statuses, index in ((["completed"], 0),
+                                (["failed", "interrupted", "cancelled"], 1)):
+            keeps: builtins.dict[str, int] = {}
+            for name, limit in limits.items():
+                keep = limit[index]
+                if keep is not None:
+                    keeps[name] = keep
+            for name, count in self.db.schedules.trim_history_many(
+                    keeps, statuses=statuses).items():
+                deleted[name] = deleted.get(name, 0) + count
+        return deleted
 
     def trim_history(self, name: str, *, successful: int | None,
                      failed: int | None) -> int:

@@ -25,10 +25,13 @@ Rules (decided by the pure functions in :mod:`jobwarden.controller.kube.status`)
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime as dt
 import logging
+import threading
 import time
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -75,12 +78,105 @@ def view_of(row: ScheduleRecord) -> sst.ScheduleView:
     )
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Prepared:
+    """What a batch read and wrote for one schedule before its pass (:meth:`batch`):
+    the pass starts from it instead of its own statements, when its definition is
+    still the one prepared (``spec_hash``)."""
+
+    spec_hash: str
+    #: The row as read, or as this batch created it (``created``).
+    row: ScheduleRecord
+    created: bool
+    #: The history limits recorded, and the finished jobs they deleted.
+    limits: tuple[int | None, int | None]
+    trimmed: int
+    #: The schedule's active jobs, read after the trim.
+    active: list[tuple[int, str]]
+    #: The jobs read for the run Events (``id >= floor``), when they were read.
+    outcomes: tuple[int, list[runevents.Outcome]] | None
+
+
 class ScheduleReconciler:
     def __init__(self, runtime: Runtime, secrets: secretchecks.SecretChecks | None = None
                  ) -> None:
         self.runtime = runtime
         self.secrets = secrets or secretchecks.SecretChecks(runtime.pods)
         self.run_events = runevents.RunEvents()
+        #: This thread's batch (:meth:`batch`): by row name, what each pass starts from.
+        self._batch = threading.local()
+
+    @contextlib.contextmanager
+    def batch(self, bodies: Sequence[Mapping[str, Any]]) -> Iterator[None]:
+        """Around the change queue's passes of ``bodies`` (in this thread): what each
+        pass would read and write with statements of its own, read and written with a
+        bounded number of them whatever their number (docs/benchmarks.md, "Scale"):
+
+        * the rows, read by name with one statement;
+        * the new ones (a valid spec, no row) created together, as one-by-one passes
+          create them (each starts from now, this cluster their source); a name another
+          writer created meanwhile is left to its pass (which reads it and decides);
+        * the history limits recorded and the finished jobs beyond them deleted (one
+          statement, and one per status group only where a schedule has a limit);
+        * the active jobs, and the jobs the run Events read (one statement each).
+
+        An invalid spec, a changed or conflicting row, a row suspended while its owner
+        was away are decided by their passes as before, from the row read here; a
+        pass that runs a run-now reads its active jobs itself (the run is one of them).
+        """
+        store = self.runtime.client.schedules
+        wanted: dict[str, tuple[str, ScheduleDefinition, specs.JobScheduleSpec]] = {}
+        for body in bodies:
+            meta = body.get("metadata") or {}
+            if meta.get("deletionTimestamp"):
+                continue  # not passed either
+            namespace = str(meta.get("namespace") or "default")
+            row_name = specs.schedule_row_name(namespace, str(meta.get("name")))
+            try:
+                desired = specs.parse_job_schedule(
+                    body.get("spec"), row_name=row_name, source=self.runtime.source,
+                    pod_run_ref=specs.pod_run_name(KIND, namespace, str(meta.get("name"))))
+            except specs.SpecError:
+                continue  # its pass reports it; the database is not touched
+            assert desired.validated is not None
+            wanted[row_name] = (str(meta.get("uid")), desired.validated, desired)
+        prepared: dict[str, Prepared] = {}
+        if wanted:
+            rows = store.get_many(list(wanted))
+            created = store.create_many([validated for name, (_, validated, _) in
+                                         wanted.items() if name not in rows])
+            rows.update(created)
+            limits = {name: (wanted[name][2].successful_history,
+                             wanted[name][2].failed_history) for name in rows}
+            trimmed = store.trim_history_many(limits)
+            active = store.active_jobs_many(list(rows), limit=ACTIVE_SHOWN)
+            floors = {name: self.run_events.floor(wanted[name][0],
+                                                  last_job_id=row.last_job_id)
+                      for name, row in rows.items()
+                      if self.run_events.needs_read(wanted[name][0],
+                                                    enqueued=int(row.enqueued_count),
+                                                    active=bool(active[name]))}
+            outcomes = store.job_outcomes_many(floors) if floors else {}
+            for name, row in rows.items():
+                read = outcomes.get(name)
+                prepared[name] = Prepared(
+                    spec_hash=wanted[name][1].spec_hash, row=row, created=name in created,
+                    limits=limits[name], trimmed=trimmed.get(name, 0), active=active[name],
+                    outcomes=None if read is None else (floors[name], [
+                        runevents.Outcome(id=i, status=status, unique_key=key, error=error)
+                        for i, status, key, error in read]))
+        self._batch.prepared = prepared
+        try:
+            yield
+        finally:
+            self._batch.prepared = {}
+
+    def _prepared(self, row_name: str, validated: ScheduleDefinition) -> Prepared | None:
+        """This thread's batch's preparation of the schedule, taken (once), if it was
+        prepared for this definition."""
+        found: Prepared | None = getattr(self._batch, "prepared", {}).pop(row_name, None)
+        return found if found is not None and found.spec_hash == validated.spec_hash \
+            else None
 
     def reconcile(self, *, body: kopf.Body, patch: kopf.Patch, trigger: str) -> str:
         """One convergence pass; returns the result label it counted."""
@@ -108,14 +204,18 @@ class ScheduleReconciler:
         # to store come from that one call (the store applies it without validating again).
         validated = desired.validated
         assert validated is not None
+        prepared = self._prepared(row_name, validated)
         try:
-            row = store.get(row_name)
+            row = prepared.row if prepared is not None else store.get(row_name)
             action = sst.decide_schedule(
                 row_exists=row is not None, row_source=row.source if row is not None else None,
                 row_matches=row is not None and row_matches(row, validated),
                 our_source=self.runtime.source)
+            if prepared is not None and prepared.created:
+                action = "create"  # by the batch, from this definition
             if action in ("create", "update"):
-                row = store.apply(validated)
+                if prepared is None or not prepared.created:
+                    row = store.apply(validated)
                 logger.info("%s schedule %s (%s) [%s]", "created" if action == "create"
                             else "updated", row_name, desired.describe(), trigger)
             elif action == "none" and row is not None and row.suspended_by == OWNER_ABSENT \
@@ -153,9 +253,11 @@ class ScheduleReconciler:
         if row is not None:
             try:
                 told = self._cronjob_parity(body, row, desired, desired_status,
-                                            previous=previous, row_name=row_name, now=now)
+                                            previous=previous, row_name=row_name, now=now,
+                                            prepared=prepared)
                 ran = self._run_events(str(meta.get("uid")), row, row_name,
-                                       active=bool(desired_status.get("active")), now=now)
+                                       active=bool(desired_status.get("active")), now=now,
+                                       prepared=prepared)
             except errors.DatabaseUnavailable as exc:
                 self.runtime.failed(KIND)
                 raise kopf.TemporaryError(f"database unavailable: {exc}", delay=5) from exc
@@ -185,17 +287,23 @@ class ScheduleReconciler:
         return None
 
     def _run_events(self, uid: str, row: ScheduleRecord, row_name: str, *, active: bool,
-                    now: dt.datetime) -> list[st.Event]:
+                    now: dt.datetime, prepared: Prepared | None = None) -> list[st.Event]:
         """Per-run Events as a CronJob posts them, aggregated (jobschedules/runevents.py).
         The schedule's jobs are read only when one was or is active or a slot was
-        enqueued since the last pass: an idle schedule's pass reads nothing more."""
+        enqueued since the last pass: an idle schedule's pass reads nothing more (nor
+        one whose batch read them from the same floor)."""
         enqueued = int(row.enqueued_count)
         outcomes: list[runevents.Outcome] = []
         if self.run_events.needs_read(uid, enqueued=enqueued, active=active):
-            outcomes = [runevents.Outcome(id=i, status=status, unique_key=key, error=error)
-                        for i, status, key, error in self.runtime.client.schedules.job_outcomes(
-                            row_name, floor=self.run_events.floor(
-                                uid, last_job_id=row.last_job_id))]
+            floor = self.run_events.floor(uid, last_job_id=row.last_job_id)
+            if prepared is not None and prepared.outcomes is not None \
+                    and prepared.outcomes[0] == floor:
+                outcomes = prepared.outcomes[1]
+            else:
+                outcomes = [
+                    runevents.Outcome(id=i, status=status, unique_key=key, error=error)
+                    for i, status, key, error in self.runtime.client.schedules.job_outcomes(
+                        row_name, floor=floor)]
         return self.run_events.observe(
             uid, enqueued=enqueued, skipped=int(row.skipped_count),
             missed=int(row.missed_count), outcomes=outcomes, overlap=row.overlap,
@@ -203,10 +311,11 @@ class ScheduleReconciler:
 
     def _cronjob_parity(self, body: kopf.Body, row: ScheduleRecord,
                         desired: specs.JobScheduleSpec, status: dict[str, Any], *,
-                        previous: dict[str, Any], row_name: str,
-                        now: dt.datetime) -> list[st.Event]:
+                        previous: dict[str, Any], row_name: str, now: dt.datetime,
+                        prepared: Prepared | None = None) -> list[st.Event]:
         """What a CronJob user expects (in place on ``status``): ``active``,
-        ``lastSuccessfulTime``, the history limits, and run-now by annotation."""
+        ``lastSuccessfulTime``, the history limits, and run-now by annotation (the
+        limits and the active jobs as the batch found them, if it did)."""
         store = self.runtime.client.schedules
         posted: list[st.Event] = []
         annotations = (body.get("metadata") or {}).get("annotations") or {}
@@ -222,12 +331,18 @@ class ScheduleReconciler:
                                    message=f"run-now {request!r}: job {run.job_id}"))
         # Always, limits or not: the row records them (or that they were removed),
         # which tells the database-wide retention whose jobs it leaves alone.
-        trimmed = store.trim_history(row_name, successful=desired.successful_history,
-                                     failed=desired.failed_history)
+        limits = (desired.successful_history, desired.failed_history)
+        if prepared is not None and prepared.limits == limits:
+            trimmed = prepared.trimmed
+        else:
+            trimmed = store.trim_history(row_name, successful=limits[0], failed=limits[1])
         if trimmed:
             logger.info("schedule %s: %d finished job(s) beyond the history limits "
                         "deleted", row_name, trimmed)
-        active = store.active_jobs(row_name, limit=ACTIVE_SHOWN)
+        if prepared is not None and not posted:  # no run-now enqueued since the batch
+            active = prepared.active
+        else:
+            active = store.active_jobs(row_name, limit=ACTIVE_SHOWN)
         status.pop("active", None)
         if active:
             status["active"] = [{"id": str(job_id), "status": state} for job_id, state in active]
@@ -349,5 +464,5 @@ def register(registry: kopf.OperatorRegistry, runtime: Runtime) -> ScheduleRecon
     reconciler = ScheduleReconciler(runtime)
     handlers.register(registry, runtime, kind=KIND, resource=RESOURCE, reconciler=reconciler,
                       deleter=reconciler, sweeper=reconciler, indexed=False,
-                      fingerprinter=reconciler, queued=True)
+                      fingerprinter=reconciler, queued=True, batcher=reconciler)
     return reconciler

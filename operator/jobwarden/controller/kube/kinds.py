@@ -18,6 +18,7 @@ the operator's whole idle CPU (docs/benchmarks.md, "Operator at scale").
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -58,6 +59,15 @@ class Fingerprinter(Protocol):
         ...
 
 
+class Batcher(Protocol):
+    def batch(self, bodies: Sequence[Mapping[str, Any]]
+              ) -> contextlib.AbstractContextManager[None]:
+        """Around the passes of a batch of objects (the change queue's, changes.py), in
+        the thread that runs them: what each pass would read and write on its own, read
+        and written once for all of them, and what the passes in the block start from."""
+        ...
+
+
 #: The digest of an object no pass has started from yet.
 UNSEEN = object()
 
@@ -86,6 +96,7 @@ class Kind:
     deleter: Deleter | None = None
     sweeper: Sweeper | None = None
     fingerprinter: Fingerprinter | None = None
+    batcher: Batcher | None = None
     #: By uid: the digest the object's last pass started from (kinds with a fingerprinter).
     marks: dict[str, Mark] = dataclasses.field(default_factory=dict)
     cache: ObjectCache = dataclasses.field(default_factory=ObjectCache)

@@ -32,6 +32,12 @@ LEFT JOIN LATERAL (
 {fragment_schedule_record}
 WHERE s.name = %(name)s;
 
+-- name: schedule_get_many
+-- As schedule_get, for every schedule of %(names)s that exists (the operator's batch
+-- of passes reads its rows with one statement, controller/jobschedules/reconciler.py).
+{fragment_schedule_record}
+WHERE s.name = ANY(%(names)s::text[]);
+
 -- name: schedule_lock
 -- As schedule_get, with the schedule row locked until the caller's transaction ends:
 -- a definition change and a runner pass on one schedule are serialised.
@@ -64,6 +70,38 @@ INSERT INTO {schema}.schedules (
     %(suspended_by)s, %(spec_suspended)s, %(source)s, %(origin)s, %(spec_hash)s,
     %(planned_until)s, %(next_slot)s, now(), now(), %(pod_run)s
 )
+ON CONFLICT (name) DO NOTHING
+RETURNING name;
+
+-- name: schedule_insert_many
+-- schedule_insert for many new schedules at once, one row per element of the arrays
+-- (the same instant %(planned_until)s for all: one transaction, one "now"). A name
+-- that exists (or is inserted concurrently) is left alone and not returned.
+INSERT INTO {schema}.schedules (
+    name, expression, cron, interval_seconds, timezone, job_class, data, queue, priority,
+    timeout_seconds, max_retries, idempotent, catch_up, catch_up_window_seconds,
+    catch_up_max, overlap, suspended, suspended_by, spec_suspended, source, origin,
+    spec_hash, planned_until, next_slot, created_at, updated_at, pod_run
+)
+SELECT r.name, r.expression, r.cron, r.interval_seconds, r.timezone, r.job_class, r.data,
+       r.queue, r.priority, r.timeout_seconds, r.max_retries, r.idempotent, r.catch_up,
+       r.catch_up_window_seconds, r.catch_up_max, r.overlap, r.spec_suspended,
+       CASE WHEN r.spec_suspended THEN 'spec' END, r.spec_suspended, r.source, r.origin,
+       r.spec_hash, %(planned_until)s, r.next_slot, now(), now(), r.pod_run
+FROM unnest(%(names)s::text[], %(expressions)s::text[], %(crons)s::text[],
+            %(interval_seconds)s::integer[], %(timezones)s::text[], %(job_classes)s::text[],
+            %(data)s::jsonb[], %(queues)s::text[], %(priorities)s::integer[],
+            %(timeout_seconds)s::double precision[], %(max_retries)s::integer[],
+            %(idempotent)s::boolean[], %(catch_ups)s::text[],
+            %(catch_up_window_seconds)s::integer[], %(catch_up_maxes)s::integer[],
+            %(overlaps)s::text[], %(spec_suspended)s::boolean[], %(sources)s::text[],
+            %(origins)s::text[], %(spec_hashes)s::text[], %(next_slots)s::timestamptz[],
+            %(pod_runs)s::text[])
+     AS r(name, expression, cron, interval_seconds, timezone, job_class, data, queue,
+          priority, timeout_seconds, max_retries, idempotent, catch_up,
+          catch_up_window_seconds, catch_up_max, overlap, spec_suspended, source, origin,
+          spec_hash, next_slot, pod_run)
+ORDER BY r.name
 ON CONFLICT (name) DO NOTHING
 RETURNING name;
 
@@ -387,6 +425,19 @@ WHERE schedule_name = %(name)s AND status IN ('pending', 'processing')
 ORDER BY id DESC
 LIMIT %(limit)s;
 
+-- name: schedule_active_jobs_many
+-- schedule_active_jobs for every schedule of %(names)s: (name, id, status), each
+-- schedule's newest %(limit)s at most.
+SELECT n.name, a.id, a.status::text
+FROM unnest(%(names)s::text[]) AS n(name)
+CROSS JOIN LATERAL (
+    SELECT id, status FROM {schema}.jobs
+    WHERE schedule_name = n.name AND status IN ('pending', 'processing')
+    ORDER BY id DESC
+    LIMIT %(limit)s
+) AS a
+ORDER BY n.name, a.id DESC;
+
 -- name: schedule_job_outcomes
 -- The schedule's jobs from %(floor)s on, newest %(limit)s at most (the operator's
 -- per-run Events, controller/runevents.py: the floor is the oldest job still active
@@ -396,6 +447,19 @@ SELECT id, status::text, unique_key, right(last_error, 500) FROM {schema}.jobs
 WHERE schedule_name = %(name)s AND id >= %(floor)s
 ORDER BY id DESC
 LIMIT %(limit)s;
+
+-- name: schedule_job_outcomes_many
+-- schedule_job_outcomes for every schedule of %(names)s from its own floor
+-- (%(floors)s, element by element): (name, id, status, unique_key, error).
+SELECT n.name, o.id, o.status::text, o.unique_key, right(o.last_error, 500)
+FROM unnest(%(names)s::text[], %(floors)s::bigint[]) AS n(name, floor)
+CROSS JOIN LATERAL (
+    SELECT id, status, unique_key, last_error FROM {schema}.jobs
+    WHERE schedule_name = n.name AND id >= n.floor
+    ORDER BY id DESC
+    LIMIT %(limit)s
+) AS o
+ORDER BY n.name, o.id DESC;
 
 -- name: schedule_trim_history
 -- Per-schedule retention (successfulJobsHistoryLimit / failedJobsHistoryLimit):
@@ -419,6 +483,35 @@ SET successful_history_limit = %(successful)s, failed_history_limit = %(failed)s
 WHERE name = %(name)s
   AND (successful_history_limit IS DISTINCT FROM %(successful)s::integer
        OR failed_history_limit IS DISTINCT FROM %(failed)s::integer);
+
+-- name: schedule_trim_history_many
+-- schedule_trim_history for many schedules at once, each with its own `keep`
+-- (%(names)s and %(keeps)s, element by element), at most `batch` per schedule;
+-- the schedule of each job deleted.
+DELETE FROM {schema}.jobs
+WHERE id IN (
+    SELECT t.id
+    FROM unnest(%(names)s::text[], %(keeps)s::integer[]) AS n(name, keep)
+    CROSS JOIN LATERAL (
+        SELECT id FROM {schema}.jobs
+        WHERE schedule_name = n.name AND status::text = ANY(%(statuses)s::text[])
+        ORDER BY id DESC
+        OFFSET n.keep
+        LIMIT %(batch)s
+    ) AS t
+)
+RETURNING schedule_name;
+
+-- name: schedule_set_history_limits_many
+-- schedule_set_history_limits for many schedules at once (%(names)s, %(successful)s
+-- and %(failed)s, element by element); again only where they changed.
+UPDATE {schema}.schedules AS s
+SET successful_history_limit = l.successful, failed_history_limit = l.failed
+FROM unnest(%(names)s::text[], %(successful)s::integer[], %(failed)s::integer[])
+     AS l(name, successful, failed)
+WHERE s.name = l.name
+  AND (s.successful_history_limit IS DISTINCT FROM l.successful
+       OR s.failed_history_limit IS DISTINCT FROM l.failed);
 
 -- name: schedule_runner_record_slots
 -- The runner's pass, in its transaction: the fate of each slot it decided (enqueued
