@@ -63,6 +63,7 @@ from tests.conftest import audit_rows
 from tests.e2e import podruntime as rt
 from tests.support import postgres, releases, yamlio
 from tests.support.kube import Kubectl
+from tests.support.oldlogs import LOG_RECORD, old_release_log
 
 #: Hang bounds, not speed claims (docs/testing-real-cluster.md, "Upgrades"). The first run
 #: on a machine builds the previous release's virtualenv (pip, minutes) in a fixture, which
@@ -93,24 +94,6 @@ BAD_LINE = re.compile(r'"level": "(ERROR|CRITICAL)"|Traceback|\b(ERROR|CRITICAL)
 KOPF_RETRY = re.compile(r'"logger": "kopf\._cogs\.clients\.watching", "message": '
                         r'"Request attempt #\d+/\d+ failed; will retry: .*'
                         r'storage is \(re\)initializing')
-#: The one traceback allowed, in a previous-release pod's log only: 0.1.0's HTTP server
-#: (``jobwarden/health.py``, a ThreadingHTTPServer) leaves socketserver to print, to
-#: stderr, the traceback of a client that went away before its answer -- a probe past its
-#: timeoutSeconds on a loaded machine: "Exception occurred during processing of request
-#: from ...", then frames of socketserver, http.server, socket and 0.1.0's health.py only
-#: (reading the request or writing the answer), then BrokenPipeError or
-#: ConnectionResetError (which one a reset socket gives is a race). A release cannot
-#: change; HEAD's server says one DEBUG line (CHANGELOG 0.2.0, "Fixed";
-#: tests/unit/test_health_server.py). A frame anywhere else, or another error, is not it.
-GONE_CLIENT_HEAD = re.compile(r"Exception occurred during processing of request from \(.*\)")
-GONE_CLIENT_FRAME = re.compile(
-    r'  File ".*/(socketserver\.py|http/server\.py|socket\.py|jobwarden/health\.py)", '
-    r"line \d+, in \w+")
-GONE_CLIENT_ERROR = re.compile(r"(BrokenPipeError|ConnectionResetError): \[Errno \d+\] .*")
-#: socketserver's separator around the traceback it prints.
-DASHES = "-" * 40
-#: A line a process's logging wrote (JSON, or the text format's timestamp), not stderr's.
-LOG_RECORD = re.compile(r"\{|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d")
 #: The previous release's client: what an application not yet redeployed enqueues
 #: (plain jobs every 0.2 s, a long one every second, every other one not idempotent).
 OLD_CLIENT = """
@@ -301,36 +284,6 @@ def exclusive_done(cluster: RealCluster, name: str) -> bool:
 def bad_lines(log: str) -> list[str]:
     return [line for line in log.splitlines()
             if BAD_LINE.search(line) and not KOPF_RETRY.search(line)]
-
-
-def old_release_log(log: str) -> tuple[list[str], int]:
-    """A previous-release pod's log lines without its known gone-client tracebacks (see
-    GONE_CLIENT_HEAD), and how many there were. Log records other threads wrote between
-    a traceback's lines are kept (and checked)."""
-    records = [line for line in log.splitlines() if LOG_RECORD.match(line)]
-    printed = [line for line in log.splitlines() if not LOG_RECORD.match(line)]
-    kept, found, i = [], 0, 0
-    while i < len(printed):
-        if printed[i] == DASHES and DASHES in printed[i + 1:]:
-            end = printed.index(DASHES, i + 1)
-            if gone_client(printed[i + 1:end]):
-                found += 1
-                i = end + 1
-                continue
-        kept.append(printed[i])
-        i += 1
-    return records + kept, found
-
-
-def gone_client(block: list[str]) -> bool:
-    if len(block) < 4 or not GONE_CLIENT_HEAD.fullmatch(block[0]) \
-            or block[1] != "Traceback (most recent call last):" \
-            or not GONE_CLIENT_ERROR.fullmatch(block[-1]):
-        return False
-    frames = [line for line in block[2:-1] if line.startswith("  File ")]
-    code = [line for line in block[2:-1] if not line.startswith("  File ")]
-    return bool(frames) and all(GONE_CLIENT_FRAME.fullmatch(f) for f in frames) \
-        and all(line.startswith("    ") for line in code)
 
 
 def kopf_retries(log: str) -> int:
@@ -539,7 +492,8 @@ def test_helm_upgrade_from_the_previous_release_and_rollback_lose_nothing(
     assert deleted >= first_workers | head_workers
     drains = assert_drained_before_deleted(cluster, deleted)
 
-    # No error or traceback in any previous-release pod's log (operator, workers, runs).
+    # No error or traceback in any previous-release pod's log (operator, workers, runs),
+    # but the tracebacks 0.1.0's HTTP server prints for probes that went away (oldlogs).
     old_pods = [p for p in cluster.kubelet.pods.values() if p.image in (OLD_OPERATOR, OLD_APP)]
     assert {p.container for p in old_pods} >= {"operator", "worker", "job"}
     problems, gone_clients = {}, 0
