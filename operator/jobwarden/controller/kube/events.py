@@ -34,6 +34,7 @@ from typing import Any
 import kopf
 
 from jobwarden.controller.kube import status as st
+from jobwarden.controller.kube.client import CoreCalls
 
 #: Kubernetes caps an Event message at 1 KiB in practice (kubectl shows less).
 MAX_MESSAGE = 1024
@@ -112,8 +113,7 @@ def event_body(involved: Involved, event: st.Event, *, now: dt.datetime) -> dict
     }
 
 
-def post_direct(core: Any, involved: Involved, event: st.Event) -> None:
-    """Create the Event with the operator's client (``core``: a CoreV1Api), outside kopf."""
-    core.create_namespaced_event(involved.namespace,
-                                 event_body(involved, event, now=dt.datetime.now(dt.UTC)),
-                                 _preload_content=False)
+def post_direct(core: CoreCalls, involved: Involved, event: st.Event) -> None:
+    """Create the Event with the operator's client (``core``), outside kopf."""
+    core.call("POST", involved.namespace, "events",
+              body=event_body(involved, event, now=dt.datetime.now(dt.UTC)))

@@ -14,26 +14,26 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from jobwarden.controller.kube.client import KubeClient, status_of
+from jobwarden.controller.kube.client import CoreCalls, KubeClient, status_of
 
 
 class KubePods:
     def __init__(self, client: KubeClient | None = None) -> None:
         self.client = client or KubeClient()
 
-    def core(self) -> Any:
+    def core(self) -> CoreCalls:
         return self.client.core()
 
     def _policy(self) -> Any:
         import kubernetes
 
-        return kubernetes.client.PolicyV1Api(self.core().api_client)
+        return kubernetes.client.PolicyV1Api(self.client.api_client())
 
     def list(self, namespace: str, *, selector: str,
              owner_uid: str | None = None) -> list[dict[str, Any]]:
         """The pods matching the label selector (only those ``owner_uid`` owns, if given)."""
-        response = self.core().list_namespaced_pod(namespace, label_selector=selector,
-                                                   _preload_content=False)
+        response = self.core().call("GET", namespace, "pods",
+                                    query={"labelSelector": selector})
         items: list[dict[str, Any]] = json.loads(response.data).get("items") or []
         if owner_uid is None:
             return list(items)
@@ -44,7 +44,7 @@ class KubePods:
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The pod of that name, None when there is none (404)."""
         try:
-            response = self.core().read_namespaced_pod(name, namespace, _preload_content=False)
+            response = self.core().call("GET", namespace, "pods", name)
         except Exception as exc:
             if status_of(exc) == 404:
                 return None
@@ -53,16 +53,15 @@ class KubePods:
 
     def create(self, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
         """Create the pod; the pod as the API server stored it."""
-        response = self.core().create_namespaced_pod(namespace, manifest,
-                                                     _preload_content=False)
+        response = self.core().call("POST", namespace, "pods", body=manifest)
         return dict(json.loads(response.data))
 
     def delete(self, namespace: str, name: str, *, grace: int | None = None
                ) -> dict[str, Any] | None:
         """Delete the pod; the terminating pod, or None when it is gone at once (or was)."""
         try:
-            response = self.core().delete_namespaced_pod(
-                name, namespace, grace_period_seconds=grace, _preload_content=False)
+            response = self.core().call("DELETE", namespace, "pods", name,
+                                        query={"gracePeriodSeconds": grace})
         except Exception as exc:
             if status_of(exc) != 404:
                 raise
@@ -73,9 +72,9 @@ class KubePods:
     def annotate(self, namespace: str, name: str, annotations: dict[str, str]
                  ) -> dict[str, Any]:
         """Annotate the pod; the pod as patched."""
-        response = self.core().patch_namespaced_pod(
-            name, namespace, {"metadata": {"annotations": annotations}},
-            _preload_content=False)
+        response = self.core().call(
+            "PATCH", namespace, "pods", name, body={"metadata": {"annotations": annotations}},
+            content_type="application/strategic-merge-patch+json")
         return dict(json.loads(response.data))
 
     def pdb(self, namespace: str, name: str) -> dict[str, Any] | None:
@@ -114,8 +113,7 @@ class KubePods:
         ``get secrets``; a cluster that removed it gets an Unknown condition).
         """
         try:
-            response = self.core().read_namespaced_secret(name, namespace,
-                                                          _preload_content=False)
+            response = self.core().call("GET", namespace, "secrets", name)
         except Exception as exc:
             if status_of(exc) == 404:
                 return None
