@@ -17,6 +17,7 @@ import re
 from typing import Any
 
 import kopf
+import psycopg
 import pytest
 
 from jobwarden.api.client import Client
@@ -219,3 +220,31 @@ def test_a_mixed_batch_leaves_each_row_status_and_event_as_one_by_one_passes_do(
         "two/limited", floor=0)] == ["cancelled"]  # the newest of three
     assert len(ours.status("two", "busy")["active"]) == 1
     assert len(ours.status("two", "run-now")["active"]) == 1
+
+
+def test_where_a_batch_cannot_be_written_each_object_is_passed_on_its_own(
+        db: Database, client: Client, dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One object must not hold up the others of its batch: the database refuses the
+    row of ``poison`` (a trigger), so the batch's insert of every new row fails; each
+    object is then passed as before batches, and only ``poison`` waits for a retry."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"""
+            CREATE FUNCTION {db.schema}.poison() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.name LIKE '%/poison' THEN RAISE EXCEPTION 'poisoned'; END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER poison BEFORE INSERT ON {db.schema}.schedules
+                FOR EACH ROW EXECUTE FUNCTION {db.schema}.poison()""")
+    ours = operator(db, monkeypatch)
+    queue = ours.loop.queues[ours.kind.name]
+    names = ["a", "b", "poison", "c"]
+    queue.batch = len(names)
+    for uid in ours.cache(*(schedule("ns", name) for name in names)):
+        queue.submit(uid, "create")
+    assert queue.run_once() == len(names)
+    ours.write()
+    assert sorted(r.name for r in client.schedules.list()) == ["ns/a", "ns/b", "ns/c"]
+    assert [(n, reason) for _, n, reason, _ in ours.posted] == [
+        ("a", "Created"), ("b", "Created"), ("c", "Created")]
+    assert queue.pending() == 1  # poison, taken again later

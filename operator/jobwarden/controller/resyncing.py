@@ -130,8 +130,9 @@ class Resync:
         def process(taken: list[tuple[str, str]]) -> list[str]:
             """A batch of changed objects: their digests with one query, then a pass of
             each (inside the kind's batch, when it has a batcher: what the passes read and
-            write, read and written once for all of them); the uids whose pass failed
-            (taken again later)."""
+            write, read and written once for all of them; where that fails, each pass
+            reads and writes its own, so one object cannot hold up the others); the
+            uids whose pass failed (taken again later)."""
             now = time.monotonic()
             uids = [uid for uid, _ in taken]
             digests = self.digests(kind, uids, now)
@@ -143,10 +144,8 @@ class Resync:
                     try:
                         batch.enter_context(kind.batcher.batch(bodies))
                     except Exception as exc:
-                        self.runtime.failed(kind.name)
-                        logger.warning("%s: a batch of %d not prepared, passed later: %s",
-                                       kind.name, len(uids), exc)
-                        return uids
+                        logger.warning("%s: a batch of %d not prepared, each passed on its "
+                                       "own: %s", kind.name, len(uids), exc)
                 return [uid for uid, trigger in taken
                         if not self.reconcile(kind, uid, trigger=trigger,
                                               digest=digests.get(uid, UNSEEN), now=now,
