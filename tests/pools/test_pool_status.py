@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 from typing import Any
+
+import pytest
 
 from jobwarden.controller.kube import status as st
 from jobwarden.controller.workerpools import rollout
@@ -199,6 +202,21 @@ def test_a_host_counts_as_registered_only_with_live_processes() -> None:
     assert views["a"] == rollout.HostView(running=2, registered=True, draining=False)
     assert views["b"] == rollout.HostView(running=0, registered=False, draining=True)
     assert views["c"] == rollout.HostView()
+
+
+def test_a_drain_s_time_left_is_read_on_the_database_clock() -> None:
+    """The row was last seen 20 s before the database's now, its drain expires 50 s after
+    that sighting: 30 s left, whatever this process's clock says."""
+    seen = NOW_DT - dt.timedelta(hours=3)  # a skewed local clock changes nothing
+    host = HostStatus(name="a", pool="workers", code_version="1", cap=None, running=0,
+                      draining=True, drain_reason="rollout", drain_started_at=seen,
+                      drain_expires_at=seen + dt.timedelta(seconds=50), drain_idle_at=None,
+                      started_at=seen, last_seen_at=seen, seen_seconds_ago=20.0, processes=1,
+                      stopping_processes=0, slots=4)
+    views = pool_status.host_views(["a"], {"a": host}, {})
+    assert views["a"].drain_left == pytest.approx(30.0)
+    forever = dataclasses.replace(host, drain_expires_at=None)
+    assert pool_status.host_views(["a"], {"a": forever}, {})["a"].drain_left == math.inf
 
 
 def test_the_desired_state_is_the_spec_s_replicas_version_and_rollout_bounds() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import pytest
+
 from jobwarden.controller.workerpools import rollout
 from jobwarden.controller.workerpools.rollout import Create, Delete, Drain, HostView, PodView
 
@@ -101,6 +103,21 @@ def test_an_idle_host_whose_drain_did_not_take_is_drained_again_not_deleted():
     plan = decide(desired(1), [draining, pod("n")], hosts)
     assert deleted(plan) == {}
     assert [a for a in plan.actions if isinstance(a, Drain)] == [Drain("a", "rollout", again=True)]
+
+
+@pytest.mark.parametrize("started", [NOW - 5, NOW - 31], ids=["idle", "past-timeout"])
+def test_a_drain_about_to_lapse_is_issued_again_before_the_pod_is_deleted(started: float):
+    """A restarted operator on a loaded machine came back to an idle draining host a
+    second before its drain expired, deleted the pod, and the host, its drain lapsed,
+    had claimed a job meanwhile (stop 36's CI). The drain is extended first."""
+    draining = pod("a", OLD, drain_started=started)
+    lapsing = {"a": HostView(running=0, registered=True, draining=True, drain_left=1.0)}
+    plan = decide(desired(1, drain=30), [draining, pod("n")], lapsing)
+    assert deleted(plan) == {}
+    assert [a for a in plan.actions if isinstance(a, Drain)] == [Drain("a", "rollout", again=True)]
+    held = {"a": HostView(running=0, registered=True, draining=True,
+                          drain_left=rollout.DRAIN_LEFT_TO_DELETE)}
+    assert deleted(decide(desired(1, drain=30), [draining, pod("n")], held)) == {"a": "idle"}
 
 
 def test_a_host_gone_from_the_registry_with_nothing_running_is_idle():

@@ -15,10 +15,14 @@ The rules, in order:
 2. A dead pod (phase ``Failed``/``Succeeded``) is deleted and replaced; its
    unfinished jobs go to the reaper (judged by their own heartbeats).
 3. A draining pod (the operator's annotation) is deleted once its host is idle
-   (nothing running, and the drain in force or the host gone), or when its
-   drain timeout passed (the jobs still running are left to the reaper and
-   counted). A drain that did not take (the host registered after the drain, or
-   the drain expired) is issued again.
+   (nothing running), or when its drain timeout passed (the jobs still running are
+   left to the reaper and counted) -- in both cases only while its drain stays in
+   force for :data:`DRAIN_LEFT_TO_DELETE` more seconds (or the host is gone). A drain
+   that did not take (the host registered after the drain, or the drain expired), or
+   one about to expire, is issued again first, and a later pass deletes: a drain that
+   lapses between this pass's read of the registry and the deletion would let the
+   host claim a job that the deletion then interrupts (seen when a restarted operator
+   on a loaded machine came back to a rollout near the drain's expiry).
 4. Rollout: old-version pods that are not ready are drained at once (they serve
    nothing); ready ones only as long as ``ready >= replicas - maxUnavailable``
    still holds afterwards. New pods are created up to ``replicas``, with at
@@ -34,10 +38,14 @@ Deployment): they claim nothing new, and a long drain must not stall a rollout.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 DEAD_PHASES = frozenset({"Failed", "Succeeded"})
+#: An idle host is deleted only while its drain stays in force this much longer
+#: (seconds): the time a pass may take between reading the registry and the deletion.
+DRAIN_LEFT_TO_DELETE = 30.0
 
 DrainReason = Literal["rollout", "scale-down"]
 DeleteReason = Literal["idle", "drain-timeout", "failed"]
@@ -69,6 +77,8 @@ class HostView:
     registered: bool = False
     #: A drain is in force on the host row.
     draining: bool = False
+    #: Seconds the drain stays in force (database clock); infinite without an expiry.
+    drain_left: float = math.inf
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -152,14 +162,17 @@ def decide(desired: Desired, pods: Sequence[PodView], hosts: Mapping[str, HostVi
         if pod.dead:
             actions.append(Delete(pod.name, "failed", host.running))
         elif pod.drain_started is not None:
-            if host.running == 0 and (host.draining or not host.registered):
+            held = not host.registered or (host.draining
+                                           and host.drain_left >= DRAIN_LEFT_TO_DELETE)
+            if not held:  # drained again first; a later pass deletes it
+                draining.append(pod)
+                actions.append(Drain(pod.name, pod.drain_reason or "rollout", again=True))
+            elif host.running == 0:
                 actions.append(Delete(pod.name, "idle", 0))
             elif now - pod.drain_started >= desired.drain_timeout:
                 actions.append(Delete(pod.name, "drain-timeout", host.running))
             else:
                 draining.append(pod)
-                if host.registered and not host.draining:
-                    actions.append(Drain(pod.name, pod.drain_reason or "rollout", again=True))
         else:
             active.append(pod)
 

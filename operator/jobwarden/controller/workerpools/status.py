@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -82,7 +83,18 @@ def host_views(names: Sequence[str], registered: Mapping[str, HostStatus],
     return {n: rollout.HostView(
         running=int(running.get(n, 0)),
         registered=n in registered and registered[n].processes > 0,
-        draining=n in registered and registered[n].draining) for n in names}
+        draining=n in registered and registered[n].draining,
+        drain_left=drain_left(registered[n]) if n in registered else math.inf)
+        for n in names}
+
+
+def drain_left(host: HostStatus) -> float:
+    """Seconds the host's drain stays in force, on the database clock (the row's
+    ``last_seen_at`` and how long ago that was); infinite without an expiry."""
+    if host.drain_expires_at is None:
+        return math.inf
+    now = host.last_seen_at + dt.timedelta(seconds=host.seen_seconds_ago)
+    return (host.drain_expires_at - now).total_seconds()
 
 
 def secret_condition(namespace: str, secret: str, key: str, *, keys: frozenset[str] | None,
