@@ -50,11 +50,11 @@ def test_sigkill_mid_job_retries_an_idempotent_job_which_then_completes_once(
         client: jobwarden.Client, spawn_worker: Spawn, dsn: str) -> None:
     job_id = client.enqueue(testjobs.Sleepy, {"seconds": 1.0}).id
     victim = spawn_worker("--host", "victim")
-    wait_for(lambda: audit_rows(dsn, "start"), timeout=20, message="the job to start")
+    wait_for(lambda: audit_rows(dsn, "start"), timeout=120, message="the job to start")
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     spawn_worker("--host", "survivor")
-    wait_for(lambda: client.job(job_id).status is JobStatus.COMPLETED, timeout=30,
+    wait_for(lambda: client.job(job_id).status is JobStatus.COMPLETED, timeout=120,
              message="the retried job to complete")
     record = client.job(job_id)
     assert record.attempts == 2
@@ -67,15 +67,15 @@ def test_sigkill_mid_job_interrupts_a_non_idempotent_job_which_never_runs_again(
         client: jobwarden.Client, spawn_worker: Spawn, dsn: str) -> None:
     job_id = client.enqueue(testjobs.SleepyOnce, {"seconds": 1.0}).id
     victim = spawn_worker("--host", "victim")
-    wait_for(lambda: audit_rows(dsn, "start"), timeout=20)
+    wait_for(lambda: audit_rows(dsn, "start"), timeout=120)
     victim.send_signal(signal.SIGKILL)
     victim.wait()
     spawn_worker("--host", "survivor")
-    wait_for(lambda: client.job(job_id).status is JobStatus.INTERRUPTED, timeout=30,
+    wait_for(lambda: client.job(job_id).status is JobStatus.INTERRUPTED, timeout=120,
              message="the job to be interrupted")
     # Several more reap and claim cycles of the survivor: the job stays where it is.
     marker = client.enqueue(testjobs.Record, delay=1.0).id
-    wait_for(lambda: client.job(marker).status is JobStatus.COMPLETED, timeout=20)
+    wait_for(lambda: client.job(marker).status is JobStatus.COMPLETED, timeout=120)
     assert len(audit_rows(dsn, "start")) == 1
     assert audit_rows(dsn, "end") == []
     assert client.job(job_id).status is JobStatus.INTERRUPTED
@@ -86,11 +86,11 @@ def test_a_paused_claimant_resumed_after_its_reap_cannot_record_an_outcome(
     port = _port()
     job_id = client.enqueue(testjobs.Sleepy, {"seconds": 1.5}).id
     paused = spawn_worker("--host", "paused", "--http-port", str(port))
-    wait_for(lambda: audit_rows(dsn, "start"), timeout=20)
+    wait_for(lambda: audit_rows(dsn, "start"), timeout=120)
     paused.send_signal(signal.SIGSTOP)
     try:
         spawn_worker("--host", "other")
-        wait_for(lambda: client.job(job_id).status is JobStatus.COMPLETED, timeout=30,
+        wait_for(lambda: client.job(job_id).status is JobStatus.COMPLETED, timeout=120,
                  message="the other worker to finish the reaped job")
     finally:
         paused.send_signal(signal.SIGCONT)
@@ -102,7 +102,7 @@ def test_a_paused_claimant_resumed_after_its_reap_cannot_record_an_outcome(
             line.startswith(fenced) and float(line.rsplit(" ", 1)[1]) >= 1
             for line in body.splitlines())
 
-    wait_for(fenced_counted, timeout=20, message="the paused worker to count a fenced write")
+    wait_for(fenced_counted, timeout=120, message="the paused worker to count a fenced write")
     record = client.job(job_id)
     assert (record.status, record.claimed_by, record.attempts) == (JobStatus.COMPLETED,
                                                                   "other", 2)
@@ -136,7 +136,7 @@ def test_terminated_connections_lose_no_job(client: jobwarden.Client, spawn_work
                                             dsn: str) -> None:
     spawn_worker("--host", "w", "--concurrency", "2")
     first = [r.id for r in client.enqueue_many(testjobs.Counted, [None] * 50)]
-    wait_for(lambda: all(client.job(i).status is JobStatus.COMPLETED for i in first), timeout=30)
+    wait_for(lambda: all(client.job(i).status is JobStatus.COMPLETED for i in first), timeout=120)
     with psycopg.connect(dsn, autocommit=True) as conn:
         killed = conn.execute(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
@@ -145,7 +145,7 @@ def test_terminated_connections_lose_no_job(client: jobwarden.Client, spawn_work
     assert killed is not None and killed[0] >= 1
     second = [r.id for r in client.enqueue_many(testjobs.Counted, [None] * 50)]
     wait_for(lambda: all(client.job(i).status is JobStatus.COMPLETED for i in second),
-             timeout=30, message="jobs after the connections were terminated")
+             timeout=120, message="jobs after the connections were terminated")
     assert len(audit_rows(dsn, "ran")) == 100
 
 
@@ -173,18 +173,18 @@ def test_the_worker_survives_a_database_restart(own_server: object, spawn_worker
     spawn_worker("--host", "w", "--http-port", str(port),
                  env={"JOBWARDEN_DSN": dsn, "JOBWARDEN_TEST_AUDIT_DSN": dsn})
     ready = f"http://127.0.0.1:{port}/readyz"
-    wait_for(lambda: _get(ready)[0] == 200, timeout=30, message="ready")
+    wait_for(lambda: _get(ready)[0] == 200, timeout=120, message="ready")
     with jobwarden.Client(dsn) as c:
         before = [r.id for r in c.enqueue_many(testjobs.Counted, [None] * 20)]
         later = [r.id for r in c.enqueue_many(testjobs.Counted, [None] * 20, delay=2.0)]
     own_server.stop()
-    wait_for(lambda: _get(ready)[0] == 503, timeout=30, message="not ready while down")
+    wait_for(lambda: _get(ready)[0] == 503, timeout=120, message="not ready while down")
     assert json.loads(_get(ready)[1])["status"] == "database unavailable"
     own_server.start()
-    wait_for(lambda: _get(ready)[0] == 200, timeout=60, message="ready again")
+    wait_for(lambda: _get(ready)[0] == 200, timeout=120, message="ready again")
     with jobwarden.Client(dsn) as c:
         wait_for(lambda: all(c.job(i).status is JobStatus.COMPLETED for i in before + later),
-                 timeout=60, message="every job to complete after the restart")
+                 timeout=120, message="every job to complete after the restart")
     with psycopg.connect(dsn) as conn:
         counts = conn.execute("SELECT count(*), count(DISTINCT job_id) FROM public.audit "
                               "WHERE event = 'ran'").fetchone()

@@ -106,6 +106,7 @@ def steady_holders(cluster: RealCluster, hosts: set[str], *, polls: int = 10
     return first
 
 
+@pytest.mark.timeout(900)  # 250-260 s on a machine with ~40% of its CPU stolen
 def test_two_peered_replicas_one_handles_resources_and_each_loop_has_one_holder(
         realkube: RealCluster):
     values = realkube.base_values(operator={
@@ -161,6 +162,7 @@ def one_gauge_exporter(*clusters: RealCluster) -> None:
     clusters[0].wait(exporters, timeout=60, what="one gauge exporter, the lease holder")
 
 
+@pytest.mark.timeout(900)  # 250-260 s on a machine with ~40% of its CPU stolen
 def test_two_clusters_on_one_database_share_one_schedule_and_each_loop_lease(
         realkube: RealCluster, second_plane: ControlPlane, client: Client, tmp_path: Path):
     with contextlib.ExitStack() as stack:
@@ -199,6 +201,7 @@ def test_two_clusters_on_one_database_share_one_schedule_and_each_loop_lease(
                          what="the schedule's status in both clusters")
 
 
+@pytest.mark.timeout(900)  # 250-260 s on a machine with ~40% of its CPU stolen
 def test_a_cluster_torn_down_leaves_the_shared_schedule_to_the_other(
         realkube: RealCluster, second_plane: ControlPlane, client: Client, tmp_path: Path):
     """Issue 27: runners hold the rows of a cluster whose operator stopped confirming them.
