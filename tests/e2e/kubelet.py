@@ -324,13 +324,22 @@ class ProcessKubelet:
         self._services_at = 0.0
         self._beating = threading.Event()
         self._beat_thread: threading.Thread | None = None
-        self.pods: dict[str, PodProcess] = {}
+        self._pods: dict[str, PodProcess] = {}
         self.deletions: list[Deletion] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._waiting: dict[str, Waiting] = {}
+
+    @property
+    def pods(self) -> dict[str, PodProcess]:
+        """Every pod this kubelet ran, by name: a copy, taken under the lock -- the
+        kubelet's thread adds pods while a test iterates (a test that iterated the live
+        dict, reading each pod's log, failed with "dictionary changed size during
+        iteration" in a full run)."""
+        with self._lock:
+            return dict(self._pods)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -386,13 +395,13 @@ class ProcessKubelet:
         if endpoint is not None:
             endpoint.stop()
         with self._lock:
-            return [p for p in self.pods.values() if p.proc.poll() is None]
+            return [p for p in self._pods.values() if p.proc.poll() is None]
 
     # -- queries for tests -----------------------------------------------------------------
 
     def process(self, pod: str) -> PodProcess:
         with self._lock:
-            return self.pods[pod]
+            return self._pods[pod]
 
     def kill(self, pod: str, sig: int = signal.SIGKILL) -> None:
         os.kill(self.process(pod).proc.pid, sig)
@@ -401,7 +410,7 @@ class ProcessKubelet:
                        ) -> tuple[Path, Callable[[], bool]] | None:
         """The log file of a container this node runs (the HTTPS endpoint's lookup)."""
         with self._lock:
-            found = self.pods.get(pod)
+            found = self._pods.get(pod)
         if found is None or found.namespace != namespace or found.container != container:
             return None
         return found.log, lambda: found.proc.poll() is None
@@ -412,7 +421,7 @@ class ProcessKubelet:
 
     def report(self, tail: int = 3000) -> str:
         with self._lock:
-            pods = list(self.pods.values())
+            pods = list(self._pods.values())
         parts = [f"kubelet errors: {self.errors}"] if self.errors else []
         for pod in pods:
             parts.append(f"----- pod {pod.namespace}/{pod.name} (exit {pod.proc.poll()}, "
@@ -524,7 +533,7 @@ class ProcessKubelet:
                   if self._mine(p)}
         for name, pod in listed.items():
             meta = pod["metadata"]
-            known = self.pods.get(name)
+            known = self._pods.get(name)
             if known is not None and known.uid and known.uid != meta.get("uid"):
                 # Same name, new pod (a StatefulSet-like reuse): the old one is gone.
                 self._terminate(known, None)
@@ -539,7 +548,7 @@ class ProcessKubelet:
                     self._try_start(pod)
             else:
                 self._observe(known)
-        for name, known in list(self.pods.items()):
+        for name, known in list(self._pods.items()):
             if name not in listed and not known.removed:
                 self._terminate(known, None)
         if self.node is not None and time.monotonic() - self._services_at >= 1.0:
@@ -551,7 +560,7 @@ class ProcessKubelet:
         namespaces = sorted({str(p["metadata"].get("namespace")) for p in pods})
         services = [s for ns in namespaces for s in self.api.list("services", ns)]
         with self._lock:
-            running = {name: p for name, p in self.pods.items()
+            running = {name: p for name, p in self._pods.items()
                        if not p.removed and p.proc.poll() is None}
         clusterdns.publish(self.services_table, clusterdns.table(services, pods, running))
 
@@ -724,7 +733,7 @@ class ProcessKubelet:
             termination_policy=str(container.get("terminationMessagePolicy") or "File"),
             log_start=log_start)
         with self._lock:
-            self.pods[name] = record
+            self._pods[name] = record
         self._watch_storage(pod, container, podroot)
         self._set_status(record)
 
@@ -732,7 +741,7 @@ class ProcessKubelet:
                        podroot: Path) -> None:
         """Node mode: what the eviction manager measures for this pod (emptyDirs, limit)."""
         name = pod["metadata"]["name"]
-        record = self.pods.get(name)
+        record = self._pods.get(name)
         if self.node is None or record is None:
             return
         volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
@@ -791,7 +800,7 @@ class ProcessKubelet:
             termination_policy=str(container.get("terminationMessagePolicy") or "File"),
             log_start=log_start)
         with self._lock:
-            self.pods[name] = record
+            self._pods[name] = record
         self._set_status(record)
 
     @staticmethod
