@@ -212,6 +212,26 @@ def test_changing_the_expression_starts_the_schedule_from_now(client: Client) ->
     assert (report.enqueued, report.missed) == (1, 0)
 
 
+def test_a_slot_that_came_due_while_the_last_pass_ran_is_due_now_and_an_older_one_waits(
+        client: Client) -> None:
+    """The operator's schedule loop asks, after a pass, how long until the next slot. A
+    slot that came due after the pass began (the pass's snapshot could not see it) is due
+    now: a negative figure. Before, it was left out as "not in the future" and the loop
+    slept its whole check interval, missing the slots in between. A slot due before the
+    pass began is one the pass failed to enqueue: it must not make the loop spin."""
+    db = client.db
+    client.schedules.upsert("hourly", interval="1h", job_class=JOB)
+    with db.connection() as conn:
+        conn.execute("UPDATE jobwarden.schedules "
+                     "SET next_slot = clock_timestamp() - interval '0.3 seconds'")
+        conn.commit()
+    due = db.schedules.seconds_to_next_slot(recent=60.0)  # the pass began a minute ago
+    assert due is not None and due < 0
+    assert db.schedules.seconds_to_next_slot(recent=0.0) is None  # the pass began after it
+    client.schedules.suspend("hourly")
+    assert db.schedules.seconds_to_next_slot(recent=60.0) is None
+
+
 def test_next_slots_lists_upcoming_runs_after_now(client: Client) -> None:
     client.schedules.upsert("n", interval="15m", job_class=JOB)
     after = dt.datetime(2030, 1, 1, 0, 7, tzinfo=dt.UTC)

@@ -27,6 +27,7 @@ import dataclasses
 import functools
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from jobwarden import errors
@@ -147,10 +148,30 @@ def run_schedules(db: Database, runtime: Runtime | None = None) -> None:
 SLOT_MARGIN_SECONDS = 0.05
 
 
-def next_slot_in(db: Database) -> float | None:
-    """Seconds until the schedule loop's next pass is due for a slot (None: nothing)."""
-    found = db.schedules.seconds_to_next_slot()
+def next_slot_in(db: Database, *, since_pass_began: float = 0.0) -> float | None:
+    """Seconds until the schedule loop's next pass is due for a slot (None: nothing).
+
+    A slot that came due while the last pass ran (``since_pass_began`` seconds ago) is
+    due now: the pass's snapshot did not see it. Without that, a slot due a few
+    milliseconds after a pass's snapshot waited for the loop's whole check interval."""
+    found = db.schedules.seconds_to_next_slot(recent=since_pass_began)
     return None if found is None else found + SLOT_MARGIN_SECONDS
+
+
+class SchedulePasses:
+    """The schedule loop's pass and its wake-up hint, which needs when the pass began."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
+        self._began: float | None = None
+
+    def run(self) -> None:
+        self._began = time.monotonic()
+        run_schedules(self._runtime.db, self._runtime)
+
+    def next_in(self) -> float | None:
+        since = 0.0 if self._began is None else time.monotonic() - self._began
+        return next_slot_in(self._runtime.db, since_pass_began=since)
 
 
 def nudge_pod_runs(runtime: Runtime, pod_runs: set[str]) -> None:
@@ -170,12 +191,12 @@ def loops(runtime: Runtime) -> tuple[list[Loop], gauges.DatabaseGauges]:
     exported = gauges.DatabaseGauges(runtime.db, period_of=periods.period_seconds)
     kept = retention.RetentionSettings.from_env()
     cleanup = retention.Retention(runtime.db, kept)
+    schedules = SchedulePasses(runtime)
     return [
         # Woken at the next slot (one index probe after each pass), not only every
         # interval: a slot's job is enqueued when it is due (bench/cronjob.py).
-        Loop(name="schedules", interval=config.schedule_interval,
-             run=lambda: run_schedules(runtime.db, runtime),
-             next_in=lambda: next_slot_in(runtime.db)),
+        Loop(name="schedules", interval=config.schedule_interval, run=schedules.run,
+             next_in=schedules.next_in),
         Loop(name="reaper", interval=config.reap_interval, run=lambda: reap(runtime.db)),
         # The gauge lease is shared with workers that serve /metrics (jobwarden.maintenance.gauges).
         Loop(name="gauges", interval=config.gauge_interval, run=exported,

@@ -255,10 +255,11 @@ class SchedulesTable:
         return self._db.execute("schedule_set_history_limits", {
             "name": name, "successful": successful, "failed": failed}) > 0
 
-    def seconds_to_next_slot(self) -> float | None:
-        """Seconds until the earliest slot not due yet of an unsuspended, unheld schedule
-        (on the database clock); None when there is none."""
-        found = self._db.row("schedule_next_slot_in")
+    def seconds_to_next_slot(self, *, recent: float = 0.0) -> float | None:
+        """Seconds until the earliest slot of an unsuspended, unheld schedule that was not
+        due more than ``recent`` seconds ago (on the database clock; negative when such a
+        slot is due already); None when there is none."""
+        found = self._db.row("schedule_next_slot_in", {"recent": recent})
         return None if found is None or found[0] is None else float(found[0])
 
     def now(self, *, conn: Connection | None = None,

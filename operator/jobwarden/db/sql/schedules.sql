@@ -606,9 +606,14 @@ WHERE s.name = ANY(%(names)s::text[]);
 SELECT name FROM {schema}.schedules WHERE source = %(source)s ORDER BY name;
 
 -- name: schedule_next_slot_in
--- Seconds until the earliest slot that is not due yet of any schedule a runner would
--- plan (NULL: none): the operator's schedule loop wakes then, not a check interval
--- later. The first row of schedules_due_owned_idx past now.
+-- Seconds until the earliest slot of any schedule a runner would plan (NULL: none), not
+-- counting slots due more than %(recent)s seconds ago: the operator's schedule loop wakes
+-- then, not a check interval later. A slot that came due while the loop's last pass ran
+-- (after that pass's snapshot) gives a negative figure: pass again now. One that was due
+-- before the pass began is one the pass could not enqueue (an error, counted there): it
+-- waits for the check interval, or the loop would spin on it. The first row of
+-- schedules_due_owned_idx past the cut.
 SELECT extract(epoch FROM min(next_slot) - clock_timestamp())::float8
 FROM {schema}.schedules
-WHERE NOT suspended AND owner_held_at IS NULL AND next_slot > clock_timestamp();
+WHERE NOT suspended AND owner_held_at IS NULL
+  AND next_slot > clock_timestamp() - make_interval(secs => %(recent)s::float8);
