@@ -20,7 +20,7 @@ from jobwarden.controller import changes, handlers, resyncing, statuswrites
 from jobwarden.controller.config import OperatorConfig
 from jobwarden.controller.kube import events
 from jobwarden.controller.kube import status as st
-from jobwarden.controller.kube.kinds import Kind
+from jobwarden.controller.kube.kinds import UNSEEN, Kind, Mark
 from tests.support.waiting import wait_for
 
 
@@ -105,6 +105,7 @@ def obj(name: str, generation: int = 1, version: int = 1, **status: Any) -> dict
 
 @dataclasses.dataclass
 class Queued:
+    loop: resyncing.Resync
     kind: Kind
     reconciler: Reconciler
     objects: Objects
@@ -125,7 +126,7 @@ def queued_kind(**options: Any) -> Queued:
     queue = loop.queues[kind.name]
     for key, value in options.items():
         setattr(queue, key, value)
-    return Queued(kind=kind, reconciler=reconciler, objects=objects, queue=queue,
+    return Queued(loop=loop, kind=kind, reconciler=reconciler, objects=objects, queue=queue,
                   writes=loop.writes[kind.name])
 
 
@@ -297,3 +298,43 @@ def test_patches_staged_in_turn_are_sent_as_one_where_a_merge_patch_can_say_both
     # object if sent as one, so sent as two.
     assert statuswrites.composed({"a": None}, {"a": {"y": 2}}) is None
     assert statuswrites.composed({"a": [1]}, {"a": {"y": 2}}) is None
+
+
+def test_the_resync_loop_leaves_an_object_its_change_queue_holds_to_the_queue() -> None:
+    """At a start with thousands of new objects the queue has not reached some of them
+    when the loop's grace for objects no pass has started from is over; the loop passing
+    them too was a second pass of each (docs/benchmarks.md, "Scale (issue 31)")."""
+    q = queued_kind(batch=2, retry_seconds=3600.0)
+    q.loop._listed_at[q.kind.name] = float("inf")  # no verification LIST in these passes
+    q.loop._swept_at = float("inf")
+    for name in ["a", "b", "c", "d"]:
+        watched(q.kind, obj(name), "ADDED")
+    q.reconciler.fail["d"] = 1
+    assert q.queue.run_once() == 2  # a and b
+    assert q.queue.run_once() == 2  # c, and d whose pass failed: held for its retry
+    watched(q.kind, obj("e"), "ADDED")  # pending
+    assert q.queue.pending() == 2
+    for name in ["a", "b", "c", "d", "e"]:
+        q.loop._due[(q.kind.name, f"uid-{name}")] = 0.0  # due now
+    for name in ["d", "e"]:  # no pass has started from them, and the grace is over
+        q.kind.marks[f"uid-{name}"] = Mark(digest=UNSEEN, since=1.0)
+    q.reconciler.passes.clear()
+    q.loop.run_once()
+    assert q.reconciler.passes == []  # a, b, c unchanged; d and e the queue's
+    assert q.loop.left_to_queue == 2
+    drain_retries(q)
+    assert sorted(q.reconciler.passes) == [("d", "create"), ("e", "create")]
+    # No longer held: due objects are the loop's again.
+    for name in ["d", "e"]:
+        q.loop._due[(q.kind.name, f"uid-{name}")] = 0.0
+        q.kind.marks[f"uid-{name}"].hot_until = float("inf")
+    q.loop.run_once()
+    assert sorted(q.reconciler.passes) == [("d", "create"), ("d", "resync"),
+                                           ("e", "create"), ("e", "resync")]
+
+
+def drain_retries(q: Queued) -> None:
+    """Every pass, retries taken at once."""
+    with q.queue._wake:
+        q.queue._retry = {uid: (0.0, trigger) for uid, (_, trigger) in q.queue._retry.items()}
+    drain(q)

@@ -84,6 +84,12 @@ class ChangeQueue:
         with self._wake:
             return len(self._pending) + len(self._retry) + len(self._busy)
 
+    def holding(self) -> frozenset[str]:
+        """The uids this queue will pass or is passing (pending, waiting for a retry,
+        taken by a writer): the resync loop leaves those to it (resyncing.py)."""
+        with self._wake:
+            return frozenset(self._pending).union(self._retry, self._busy)
+
     # -- the writers --------------------------------------------------------------------------
 
     def start(self) -> None:
