@@ -25,6 +25,7 @@ Rules (decided by the pure functions in :mod:`jobwarden.controller.kube.status`)
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import datetime as dt
@@ -126,6 +127,8 @@ class ScheduleReconciler:
         """
         store = self.runtime.client.schedules
         wanted: dict[str, tuple[str, ScheduleDefinition, specs.JobScheduleSpec]] = {}
+        #: By row name, the spec as parsed here: its pass parses it only if it changed.
+        parsed: dict[str, tuple[Any, specs.JobScheduleSpec]] = {}
         for body in bodies:
             meta = body.get("metadata") or {}
             if meta.get("deletionTimestamp"):
@@ -133,13 +136,13 @@ class ScheduleReconciler:
             namespace = str(meta.get("namespace") or "default")
             row_name = specs.schedule_row_name(namespace, str(meta.get("name")))
             try:
-                desired = specs.parse_job_schedule(
-                    body.get("spec"), row_name=row_name, source=self.runtime.source,
-                    pod_run_ref=specs.pod_run_name(KIND, namespace, str(meta.get("name"))))
+                desired = self._parse(body.get("spec"), namespace, str(meta.get("name")))
             except specs.SpecError:
                 continue  # its pass reports it; the database is not touched
             assert desired.validated is not None
             wanted[row_name] = (str(meta.get("uid")), desired.validated, desired)
+            # The cache's own spec (bodies are copied into it, never changed in it).
+            parsed[row_name] = (body.get("spec"), desired)
         prepared: dict[str, Prepared] = {}
         if wanted:
             rows = store.get_many(list(wanted))
@@ -165,11 +168,44 @@ class ScheduleReconciler:
                     outcomes=None if read is None else (floors[name], [
                         runevents.Outcome(id=i, status=status, unique_key=key, error=error)
                         for i, status, key, error in read]))
-        self._batch.prepared = prepared
+        self._batch.prepared, self._batch.parsed = prepared, parsed
+        self._batch.told = told = collections.Counter[tuple[str, str]]()
         try:
             yield
         finally:
-            self._batch.prepared = {}
+            self._batch.prepared, self._batch.parsed, self._batch.told = {}, {}, None
+            if told:
+                # One line for the batch, not one per schedule: at a start with
+                # thousands of them, the passer threads queued behind one another's
+                # line for the logging handler's lock (docs/benchmarks.md).
+                logger.info("a batch of %d schedule(s): %s", len(bodies), ", ".join(
+                    f"{count} {action} [{trigger}]"
+                    for (action, trigger), count in sorted(told.items())))
+
+    def _parse(self, spec: Any, namespace: str, name: str) -> specs.JobScheduleSpec:
+        return specs.parse_job_schedule(
+            spec, row_name=specs.schedule_row_name(namespace, name),
+            source=self.runtime.source, pod_run_ref=specs.pod_run_name(KIND, namespace, name))
+
+    def _parsed(self, row_name: str, spec: Any) -> specs.JobScheduleSpec | None:
+        """This thread's batch's parse of the schedule's spec, taken (once), if the
+        spec is still the one it parsed."""
+        found = getattr(self._batch, "parsed", {}).pop(row_name, None)
+        return found[1] if found is not None and found[0] == spec else None
+
+    def _told(self, action: str, row_name: str, desired: specs.JobScheduleSpec,
+              trigger: str) -> None:
+        """A row created or updated: one INFO line per schedule, or per batch inside one
+        (each schedule's at DEBUG)."""
+        told: collections.Counter[tuple[str, str]] | None = getattr(self._batch, "told",
+                                                                   None)
+        line = "%s schedule %s (%s) [%s]"
+        if told is None:
+            logger.info(line, action, row_name, desired.describe(), trigger)
+            return
+        told[(action, trigger)] += 1
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(line, action, row_name, desired.describe(), trigger)
 
     def _prepared(self, row_name: str, validated: ScheduleDefinition) -> Prepared | None:
         """This thread's batch's preparation of the schedule, taken (once), if it was
@@ -187,9 +223,8 @@ class ScheduleReconciler:
         previous: dict[str, Any] = dict(body.get("status") or {})
         now = dt.datetime.now(dt.UTC)
         try:
-            desired = specs.parse_job_schedule(
-                body.get("spec"), row_name=row_name, source=self.runtime.source,
-                pod_run_ref=specs.pod_run_name(KIND, namespace, str(meta.get("name"))))
+            desired = self._parsed(row_name, body.get("spec")) \
+                or self._parse(body.get("spec"), namespace, str(meta.get("name")))
         except specs.SpecError as exc:
             conditions = sst.schedule_conditions(
                 action=None, error=str(exc), suspended=None, row_name=row_name,
@@ -216,8 +251,8 @@ class ScheduleReconciler:
             if action in ("create", "update"):
                 if prepared is None or not prepared.created:
                     row = store.apply(validated)
-                logger.info("%s schedule %s (%s) [%s]", "created" if action == "create"
-                            else "updated", row_name, desired.describe(), trigger)
+                self._told("created" if action == "create" else "updated", row_name,
+                           desired, trigger)
             elif action == "none" and row is not None and row.suspended_by == OWNER_ABSENT \
                     and store.resume_owned(row_name, source=self.runtime.source):
                 # Suspended by runners while its owner was away; this resource exists
