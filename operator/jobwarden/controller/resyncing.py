@@ -145,17 +145,18 @@ class Resync:
             if digests is None:
                 return uids
             with contextlib.ExitStack() as batch:
+                started: Mapping[str, Hashable] = {}
                 if kind.batcher is not None:
                     bodies = list(kind.cache.project(_identity, uids).values())
                     try:
-                        batch.enter_context(kind.batcher.batch(bodies))
+                        started = batch.enter_context(kind.batcher.batch(bodies))
                     except Exception as exc:
                         logger.warning("%s: a batch of %d not prepared, each passed on its "
                                        "own: %s", kind.name, len(uids), exc)
                 return [uid for uid, trigger in taken
                         if not self.reconcile(kind, uid, trigger=trigger,
-                                              digest=digests.get(uid, UNSEEN), now=now,
-                                              by_resync=False)]
+                                              digest=_started(digests, started, uid),
+                                              now=now, by_resync=False)]
         return process
 
     def _nudger(self, kind: Kind) -> Any:
@@ -474,6 +475,15 @@ class Resync:
                 logger.warning("%s: sweep failed (retried in %.0f s): %s", kind.name,
                                SWEEP_SECONDS, exc)
         return ok
+
+
+def _started(digests: Mapping[str, Hashable | None], started: Mapping[str, Hashable],
+             uid: str) -> Hashable | None:
+    """The digest a batch's pass of ``uid`` starts from: the one its batch read after
+    changing it (a row it created: no change for the resync loop to pass it again
+    for), else the one read before the batch; None (passed every interval) stays None."""
+    digest = digests.get(uid, UNSEEN)
+    return started.get(uid, digest) if digest is not None else None
 
 
 def _forget(queue: ChangeQueue, writes: StatusWrites, uid: str) -> None:

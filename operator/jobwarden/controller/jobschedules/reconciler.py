@@ -108,7 +108,7 @@ class ScheduleReconciler:
         self._batch = threading.local()
 
     @contextlib.contextmanager
-    def batch(self, bodies: Sequence[Mapping[str, Any]]) -> Iterator[None]:
+    def batch(self, bodies: Sequence[Mapping[str, Any]]) -> Iterator[Mapping[str, Hashable]]:
         """Around the change queue's passes of ``bodies`` (in this thread): what each
         pass would read and write with statements of its own, read and written with a
         bounded number of them whatever their number (docs/benchmarks.md, "Scale"):
@@ -117,6 +117,7 @@ class ScheduleReconciler:
         * the new ones (a valid spec, no row) created together, as one-by-one passes
           create them (each starts from now, this cluster their source); a name another
           writer created meanwhile is left to its pass (which reads it and decides);
+          their digests, which the block yields by uid: what each pass starts from;
         * the history limits recorded and the finished jobs beyond them deleted (one
           statement, and one per status group only where a schedule has a limit);
         * the active jobs, and the jobs the run Events read (one statement each).
@@ -144,10 +145,22 @@ class ScheduleReconciler:
             # The cache's own spec (bodies are copied into it, never changed in it).
             parsed[row_name] = (body.get("spec"), desired)
         prepared: dict[str, Prepared] = {}
+        #: By uid: the digest of a row this batch created, as its pass starts from it.
+        started: dict[str, Hashable] = {}
         if wanted:
             rows = store.get_many(list(wanted))
             created = store.create_many([validated for name, (_, validated, _) in
                                          wanted.items() if name not in rows])
+            if created:
+                # The new rows' digests, then the rows the passes start from, read again
+                # after them: the digest a pass records as its start is never newer than
+                # what its status shows (a change in between costs the resync loop a
+                # pass, never a miss); the loop then does not pass every new schedule
+                # once more for the digest its own create changed (docs/benchmarks.md).
+                for name, digest in self.runtime.db.rows("schedule_status_fingerprints",
+                                                          {"names": sorted(created)}):
+                    started[wanted[str(name)][0]] = str(digest)
+                created = store.get_many(sorted(created))
             rows.update(created)
             limits = {name: (wanted[name][2].successful_history,
                              wanted[name][2].failed_history) for name in rows}
@@ -171,7 +184,7 @@ class ScheduleReconciler:
         self._batch.prepared, self._batch.parsed = prepared, parsed
         self._batch.told = told = collections.Counter[tuple[str, str]]()
         try:
-            yield
+            yield started
         finally:
             self._batch.prepared, self._batch.parsed, self._batch.told = {}, {}, None
             if told:

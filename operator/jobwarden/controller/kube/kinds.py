@@ -61,10 +61,12 @@ class Fingerprinter(Protocol):
 
 class Batcher(Protocol):
     def batch(self, bodies: Sequence[Mapping[str, Any]]
-              ) -> contextlib.AbstractContextManager[None]:
+              ) -> contextlib.AbstractContextManager[Mapping[str, Hashable]]:
         """Around the passes of a batch of objects (the change queue's, changes.py), in
         the thread that runs them: what each pass would read and write on its own, read
-        and written once for all of them, and what the passes in the block start from."""
+        and written once for all of them, and what the passes in the block start from.
+        Yields, by uid, the digest an object's pass starts from where the batch itself
+        changed it (a row it created), read before what the pass starts from."""
         ...
 
 
