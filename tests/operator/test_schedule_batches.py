@@ -265,7 +265,6 @@ def test_a_batch_of_new_schedules_logs_one_line_not_one_per_schedule(
         ours.batch(*(schedule("ns", f"s{i}") for i in range(40)))
     said = [r for r in caplog.records if r.name.startswith("jobwarden")]
     info = [r.getMessage() for r in said if r.levelno >= logging.INFO]
-    print(info)
     assert info == ["a batch of 40 schedule(s): 40 created [create]"]
     assert len([r for r in said if r.levelno == logging.DEBUG
                 and r.getMessage().startswith("created schedule ns/")]) == 40

@@ -109,7 +109,8 @@ def test_an_idle_host_whose_drain_did_not_take_is_drained_again_not_deleted():
 def test_a_drain_about_to_lapse_is_issued_again_before_the_pod_is_deleted(started: float):
     """A restarted operator on a loaded machine came back to an idle draining host a
     second before its drain expired, deleted the pod, and the host, its drain lapsed,
-    had claimed a job meanwhile (stop 36's CI). The drain is extended first."""
+    had claimed a job meanwhile (a fresh-clone run of 2026-12-02). The drain is extended
+    first."""
     draining = pod("a", OLD, drain_started=started)
     lapsing = {"a": HostView(running=0, registered=True, draining=True, drain_left=1.0)}
     plan = decide(desired(1, drain=30), [draining, pod("n")], lapsing)

@@ -148,7 +148,7 @@ def run_schedules(db: Database, runtime: Runtime | None = None) -> None:
 SLOT_MARGIN_SECONDS = 0.05
 
 
-def next_slot_in(db: Database, *, since_pass_began: float = 0.0) -> float | None:
+def next_slot_in(db: Database, *, since_pass_began: float) -> float | None:
     """Seconds until the schedule loop's next pass is due for a slot (None: nothing).
 
     A slot that came due while the last pass ran (``since_pass_began`` seconds ago) is
