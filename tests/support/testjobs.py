@@ -76,6 +76,32 @@ class Sleepy(jobwarden.Job):
         return "slept"
 
 
+class SleepyThenCompleteInTx(jobwarden.Job):
+    """Sleeps like Sleepy, then writes its 'end' row in the transaction that completes it.
+
+    ``Job.heartbeat()`` is a check, and a check can be stale by the time the code
+    acts on it: a process paused right after an "alive" answer wakes up and runs
+    on. The effect that must not happen after a reap is written the exactly-once
+    way (``complete_in_transaction``): its row commits only if the claim is still
+    this attempt's.
+    """
+
+    timeout = 120
+
+    def perform(self, data: Any) -> str:
+        audit(self, "start")
+        deadline = time.monotonic() + float(data.get("seconds", 1))
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            self.heartbeat()
+        with psycopg.connect(os.environ["JOBWARDEN_TEST_AUDIT_DSN"]) as conn, \
+                conn.transaction():
+            conn.execute("INSERT INTO public.audit (job_id, attempt, pid, event) "
+                         "VALUES (%s, %s, %s, 'end')", (self.job_id, self.attempt, os.getpid()))
+            self.complete_in_transaction(conn, "slept")
+        return "slept"
+
+
 class SleepyOnce(Sleepy):
     """A long job that must never run twice."""
 
