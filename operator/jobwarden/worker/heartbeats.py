@@ -28,6 +28,32 @@ from jobwarden.worker.extensions import WorkerExtension
 logger = logging.getLogger("jobwarden.worker")
 
 
+def heartbeat_one(db: Database, attempt: Attempt, *,
+                  grace_seconds: float) -> tuple[bool, bool]:
+    """Heartbeat one claim for ``Job.heartbeat()``: (still ours, cancel requested).
+
+    "Still ours" is the database's answer as of when it ran the statement, and
+    it holds for the grace from then, not from when it is read. A process paused
+    (GC, SIGSTOP, a frozen VM) while the answer was on its way reads it after the
+    claim may have been reaped and claimed by another worker. An "alive" that
+    arrives a grace or more after the question left proves nothing, so the
+    question is asked again; "not alive" is final whenever it arrives. Job code
+    acting on a stale "alive" would run on past its reap; the outcome write is
+    fenced either way, the effects in between are not (docs/jobs.md).
+    """
+    claim = attempt.claim
+    while True:
+        asked = time.monotonic()
+        ack = db.jobs.heartbeat_many([(claim.id, claim.claim_token)],
+                                     grace_seconds=grace_seconds)
+        alive, waited = claim.id in ack.alive, time.monotonic() - asked
+        if not alive or waited < grace_seconds:
+            return alive, claim.id in ack.cancel_requested
+        logger.info("job %d attempt %d: the heartbeat's answer came %.1f s after it was "
+                    "asked (was the process paused?); asking again", claim.id, claim.attempt,
+                    waited)
+
+
 class Heartbeater:
     """Batch heartbeats and deadline checks for a set of attempts (one worker's)."""
 
@@ -45,9 +71,7 @@ class Heartbeater:
 
     def one(self, attempt: Attempt) -> tuple[bool, bool]:
         """``Job.heartbeat()`` inside perform: (still ours, cancel requested); may raise."""
-        ack = self._db.jobs.heartbeat_many([(attempt.claim.id, attempt.claim.claim_token)],
-                                           grace_seconds=self._grace)
-        return attempt.claim.id in ack.alive, attempt.claim.id in ack.cancel_requested
+        return heartbeat_one(self._db, attempt, grace_seconds=self._grace)
 
     def run(self, attempts: Callable[[], Sequence[Attempt]], *, interval: float,
             until: threading.Event, poll: float = 0.1,

@@ -25,6 +25,7 @@ from jobwarden.jobs import definitions
 from jobwarden.structs.policies import FailureReason
 from jobwarden.worker.context import Attempt, AttemptContext, Cancelled, Failed, Outcome, Succeeded
 from jobwarden.worker.execution import describe, failure_from, perform_async, prepare
+from jobwarden.worker.heartbeats import heartbeat_one
 
 _CTX = multiprocessing.get_context("spawn")
 
@@ -38,10 +39,7 @@ class _ChildContext:
         self._grace = grace
 
     def beat(self, attempt: Attempt) -> tuple[bool, bool]:
-        ack = self._db.jobs.heartbeat_many(
-            [(attempt.claim.id, attempt.claim.claim_token)], grace_seconds=self._grace
-        )
-        return attempt.claim.id in ack.alive, attempt.claim.id in ack.cancel_requested
+        return heartbeat_one(self._db, attempt, grace_seconds=self._grace)
 
 
 def _child_main(conn: multiprocessing.connection.Connection, apps: list[str],
