@@ -105,7 +105,7 @@ def test_no_success_fires_for_failing_runs_only_and_resume_misses_nothing(
                  message="the resumed schedule's missed slots scraped, 10 s before")
 
         # Suspended for 10 s (5 periods), then resumed: nothing missed, nothing stale.
-        wait_for(lambda: client.schedules.resume("resumed") is not None, timeout=5)
+        wait_for(lambda: client.schedules.resume("resumed") is not None, timeout=60)
         fired = wait_for(lambda: prom.firing("JobwardenScheduleNoSuccess"), timeout=90,
                          interval=0.5, message="JobwardenScheduleNoSuccess firing")
         assert [a["schedule"] for a in fired] == ["failing"]

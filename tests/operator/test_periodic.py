@@ -18,8 +18,13 @@ from jobwarden.observability import metrics
 from tests.support.waiting import wait_for
 
 
-def runtime(db: Database, pod: str) -> Runtime:
-    return build_runtime(db, OperatorConfig(pod_name=pod, loop_lease_seconds=2.0))
+def runtime(db: Database, pod: str, *, lease_seconds: float = 2.0) -> Runtime:
+    return build_runtime(db, OperatorConfig(pod_name=pod, loop_lease_seconds=lease_seconds))
+
+
+#: The two-operator fixture's loop lease: long, so that a takeover well within it
+#: can only come from the release, and the wait for it is a hang bound, not a speed.
+TWO_LEASE_SECONDS = 120.0
 
 
 def test_a_loop_lease_has_one_holder_and_passes_on_release(db: Database) -> None:
@@ -38,7 +43,7 @@ def test_a_lapsed_holder_is_replaced_and_cannot_renew(db: Database) -> None:
     first = periodic.LoopLease(db, name="operator:test", owner="a", host="op-a", ttl=0.3)
     second = periodic.LoopLease(db, name="operator:test", owner="b", host="op-b", ttl=5)
     assert first.hold()
-    wait_for(second.hold, timeout=5, message="the lapsed lease taken over")
+    wait_for(second.hold, timeout=60, message="the lapsed lease taken over")
     assert not first.hold() and first.token is None
 
 
@@ -55,7 +60,8 @@ def two(db: Database, dsn: str) -> Iterator[tuple[periodic.Periodic, periodic.Pe
                 ran.append(rt.config.pod_name)
         return periodic.Periodic(rt, [periodic.Loop(name="test", interval=0.05, run=work)])
 
-    a, b = make(runtime(db, "op-a")), make(runtime(other, "op-b"))
+    a, b = (make(runtime(db, "op-a", lease_seconds=TWO_LEASE_SECONDS)),
+            make(runtime(other, "op-b", lease_seconds=TWO_LEASE_SECONDS)))
     yield a, b, ran
     a.stop()
     b.stop()
@@ -71,7 +77,7 @@ def test_of_two_operators_one_runs_the_loop_until_it_stops(
     wait_for(lambda: a.passes["test"] >= 10, message="ten passes of a")
     assert set(ran) == {"op-a"} and b.passes["test"] == 0
     a.stop()  # releases its lease: b takes over at its next pass, not after the lifetime
-    wait_for(lambda: b.passes["test"] >= 3, timeout=1.5, message="b took over")
+    wait_for(lambda: b.passes["test"] >= 3, timeout=TWO_LEASE_SECONDS / 2, message="b took over")
     assert ran[-1] == "op-b"
 
 
