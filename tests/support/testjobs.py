@@ -61,17 +61,22 @@ class Noop(jobwarden.Job):
         return None
 
 
+def _sleep_with_heartbeats(job: jobwarden.Job, data: Any) -> None:
+    """Record 'start', then sleep ``seconds`` in 50 ms steps, each followed by a heartbeat."""
+    audit(job, "start")
+    deadline = time.monotonic() + float(data.get("seconds", 1))
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        job.heartbeat()
+
+
 class Sleepy(jobwarden.Job):
     """Sleeps ``seconds`` in small steps with heartbeats; records start and end."""
 
     timeout = 120
 
     def perform(self, data: Any) -> str:
-        audit(self, "start")
-        deadline = time.monotonic() + float(data.get("seconds", 1))
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            self.heartbeat()
+        _sleep_with_heartbeats(self, data)
         audit(self, "end")
         return "slept"
 
@@ -89,11 +94,7 @@ class SleepyThenCompleteInTx(jobwarden.Job):
     timeout = 120
 
     def perform(self, data: Any) -> str:
-        audit(self, "start")
-        deadline = time.monotonic() + float(data.get("seconds", 1))
-        while time.monotonic() < deadline:
-            time.sleep(0.05)
-            self.heartbeat()
+        _sleep_with_heartbeats(self, data)
         with psycopg.connect(os.environ["JOBWARDEN_TEST_AUDIT_DSN"]) as conn, \
                 conn.transaction():
             conn.execute("INSERT INTO public.audit (job_id, attempt, pid, event) "
