@@ -17,14 +17,13 @@ from jobwarden.maintenance import gauges
 from jobwarden.observability import metrics
 from tests.support.waiting import wait_for
 
-
-def runtime(db: Database, pod: str, *, lease_seconds: float = 2.0) -> Runtime:
-    return build_runtime(db, OperatorConfig(pod_name=pod, loop_lease_seconds=lease_seconds))
-
-
 #: The two-operator fixture's loop lease: long, so that a takeover well within it
 #: can only come from the release, and the wait for it is a hang bound, not a speed.
 TWO_LEASE_SECONDS = 120.0
+
+
+def runtime(db: Database, pod: str) -> Runtime:
+    return build_runtime(db, OperatorConfig(pod_name=pod, loop_lease_seconds=TWO_LEASE_SECONDS))
 
 
 def test_a_loop_lease_has_one_holder_and_passes_on_release(db: Database) -> None:
@@ -60,8 +59,7 @@ def two(db: Database, dsn: str) -> Iterator[tuple[periodic.Periodic, periodic.Pe
                 ran.append(rt.config.pod_name)
         return periodic.Periodic(rt, [periodic.Loop(name="test", interval=0.05, run=work)])
 
-    a, b = (make(runtime(db, "op-a", lease_seconds=TWO_LEASE_SECONDS)),
-            make(runtime(other, "op-b", lease_seconds=TWO_LEASE_SECONDS)))
+    a, b = make(runtime(db, "op-a")), make(runtime(other, "op-b"))
     yield a, b, ran
     a.stop()
     b.stop()
