@@ -40,6 +40,9 @@ from tests.support.waiting import wait_for
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "jobwarden"
 #: The operator's timings in tests, set as a user would: chart values.
+#: The chart's operator pods (and Deployments).
+OPERATOR_PODS = "app.kubernetes.io/component=operator"
+
 OPERATOR_ENV = {
     "JOBWARDEN_POOL_INTERVAL": "0.5",
     "JOBWARDEN_STATUS_INTERVAL": "0.5",
@@ -228,13 +231,31 @@ class RealCluster:
         return podrunscenarios.Site(
             api=self.api, kubelet=self.kubelet, client=self.client, dsn=self.dsn,
             namespace=self.namespace, secret=secret_name, wait=self.wait,
-            operator_ports=self.operator_ports)
+            operator_ports=self.operator_ports, scale_operators=self.scale_operators)
 
     def operator_ports(self) -> list[int]:
         """The metrics port of every operator pod running on this cluster's node."""
         return [p.port for p in self.kubelet.pods.values()
                 if p.container == "operator" and p.port is not None and not p.removed
                 and p.proc.poll() is None]
+
+    def scale_operators(self, replicas: int) -> None:
+        """Every operator Deployment here scaled to ``replicas`` (as ``kubectl scale``
+        does); returns once that many operator pods run and are Ready -- for none, once
+        the last operator process exited."""
+        deployments = self.api.list("deployments", self.namespace, labels=OPERATOR_PODS)
+        for deployment in deployments:
+            self.api.patch("deployments", deployment["metadata"]["name"],
+                           {"spec": {"replicas": replicas}}, self.namespace)
+        want = replicas * len(deployments)
+
+        def settled() -> bool:
+            ready = [p for p in self.pods(OPERATOR_PODS)
+                     if any(c["type"] == "Ready" and c["status"] == "True"
+                            for c in (p.get("status") or {}).get("conditions") or [])]
+            return len(ready) == want and len(self.operator_ports()) == want
+
+        self.wait(settled, timeout=180, what=f"{want} operator(s) running and Ready")
 
     def operator_logs(self) -> str:
         return "\n".join(p.logs() for p in self.kubelet.pods.values()
