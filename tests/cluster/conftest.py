@@ -39,10 +39,9 @@ from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "charts" / "jobwarden"
-#: The operator's timings in tests, set as a user would: chart values.
 #: The chart's operator pods (and Deployments).
 OPERATOR_PODS = "app.kubernetes.io/component=operator"
-
+#: The operator's timings in tests, set as a user would: chart values.
 OPERATOR_ENV = {
     "JOBWARDEN_POOL_INTERVAL": "0.5",
     "JOBWARDEN_STATUS_INTERVAL": "0.5",

@@ -51,7 +51,7 @@ class Site:
     #: Nodes that joined during the scenario, beside ``kubelet``'s.
     more_kubelets: list[ProcessKubelet] = dataclasses.field(default_factory=list)
     #: Scale this site's operators to the given count, returning once that many run
-    #: (None where the tier cannot, as the emulator tier's operators started by the test).
+    #: (None where the tier cannot: the emulator tier starts its operators itself).
     scale_operators: Callable[[int], None] | None = None
 
     @property
