@@ -66,7 +66,8 @@ import yaml
 from tests.cluster import tools
 from tests.cluster.api import ApiError, RealKubeAPI
 from tests.cluster.conftest import started_plane
-from tests.cluster.controlplane import ControlPlane, free_port
+from tests.cluster.controlplane import ControlPlane
+from tests.support.ports import free_port
 from tests.support.postgres import DatabaseFactory, server_dsn
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -23,17 +22,12 @@ import jobwarden
 from jobwarden.structs.states import JobStatus
 from tests.conftest import audit_rows
 from tests.support import testjobs
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 Spawn = Callable[..., subprocess.Popen[bytes]]
 
 pytestmark = pytest.mark.slow
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _get(url: str) -> tuple[int, str]:
@@ -83,7 +77,7 @@ def test_sigkill_mid_job_interrupts_a_non_idempotent_job_which_never_runs_again(
 
 def test_a_paused_claimant_resumed_after_its_reap_cannot_record_an_outcome(
         client: jobwarden.Client, spawn_worker: Spawn, dsn: str) -> None:
-    port = _port()
+    port = free_port()
     # 3 s: the pause must land while the attempt still runs, however late the
     # loaded test process sends it after seeing the start row.
     job_id = client.enqueue(testjobs.SleepyThenCompleteInTx, {"seconds": 3.0}).id
@@ -175,7 +169,7 @@ def test_the_worker_survives_a_database_restart(own_server: object, spawn_worker
         conn.execute(testjobs.AUDIT_DDL)
     with jobwarden.Client(dsn) as c:
         c.db.migrate()
-    port = _port()
+    port = free_port()
     monkeypatch.setenv("JOBWARDEN_TEST_AUDIT_DSN", dsn)
     spawn_worker("--host", "w", "--http-port", str(port),
                  env={"JOBWARDEN_DSN": dsn, "JOBWARDEN_TEST_AUDIT_DSN": dsn})

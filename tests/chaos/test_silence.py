@@ -41,6 +41,7 @@ from jobwarden.db.database import Database
 from jobwarden.structs.states import JobStatus
 from tests.conftest import REPO, audit_rows
 from tests.support import silencejobs
+from tests.support.ports import free_port
 from tests.support.relay import SilentRelay
 from tests.support.waiting import wait_for
 
@@ -66,12 +67,6 @@ def relay(dsn: str) -> Iterator[SilentRelay]:
 def fast_bounds(monkeypatch: pytest.MonkeyPatch) -> None:
     for name, value in FAST_BOUNDS.items():
         monkeypatch.setenv(name, value)
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _probe(url: str) -> tuple[int, str]:
@@ -263,7 +258,7 @@ def test_a_worker_with_jobs_in_flight_rides_out_silence_without_a_restart(
     """The issue's scenario: silent with jobs running, then only new connections; every
     job runs once, the worker goes on, /healthz fails while a round is stuck and
     passes again after."""
-    http = _port()
+    http = free_port()
     worker = spawn_worker(*WORKER_ARGS, "--http-port", str(http),
                           env={**WORKER_ENV, "JOBWARDEN_DSN": relay.dsn})
     _ride_out(dsn, worker, f"http://127.0.0.1:{http}", cut=relay.silence,
@@ -411,7 +406,7 @@ def test_a_worker_and_a_client_ride_out_a_real_packet_drop(
     relay trick: the kernel acknowledges nothing, so it is the call bounds (and,
     for longer drops, tcp_user_timeout) that end the calls."""
     with SilentRelay(dsn, listen_host=netns.host_ip) as relay:
-        http = _port()
+        http = free_port()
         env = {**os.environ, **WORKER_ENV, "JOBWARDEN_DSN": relay.dsn,
                "JOBWARDEN_TEST_AUDIT_DSN": dsn, "PYTHONPATH": str(REPO)}
         log = tmp_path / "worker.log"

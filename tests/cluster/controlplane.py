@@ -27,6 +27,7 @@ import yaml
 
 from tests.cluster import pki
 from tests.cluster.api import ApiError, RealKubeAPI
+from tests.support.ports import free_port
 
 #: What the controller manager runs: enough for a Deployment to become pods, for
 #: owner references, namespaces and ServiceAccount tokens to work.
@@ -42,12 +43,6 @@ ISSUER = "https://kubernetes.default.svc.cluster.local"
 #: ``DisruptionTarget`` condition) and the pod garbage collector (pods of deleted nodes).
 NODE_LOSS_CONTROLLERS = ("node-lifecycle-controller", "taint-eviction-controller",
                          "pod-garbage-collector-controller")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclasses.dataclass

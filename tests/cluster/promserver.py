@@ -18,8 +18,8 @@ import yaml
 
 from tests.chart.helmchart import manifests
 from tests.cluster.conftest import RealCluster
-from tests.cluster.controlplane import free_port
 from tests.monitoring.prometheus import Prometheus
+from tests.support.ports import free_port
 
 Targets = dict[str, list[tuple[str, dict[str, str]]]]
 

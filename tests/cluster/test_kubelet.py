@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import RealCluster, secret
-from tests.cluster.controlplane import free_port
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import os
-import socket
 import subprocess
 import sys
 import urllib.error
@@ -13,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -34,9 +34,7 @@ def test_beyond_loopback_without_a_token_it_refuses_to_start(dsn: str) -> None:
 def test_it_serves_with_a_token_from_a_file(dsn: str, tmp_path: Path, how: str) -> None:
     token = "console-token-for-tests-0123"
     (tmp_path / "token").write_text(token + "\n")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     if how == "flags":
         command = ["--port", str(port), "--token-file", str(tmp_path / "token")]
         env = _env(dsn)

@@ -102,7 +102,6 @@ import dataclasses
 import logging
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -115,6 +114,7 @@ from urllib.parse import urlsplit
 from tests.e2e import clusterdns
 from tests.e2e import podruntime as rt
 from tests.e2e.kubeletserver import KubeletServer
+from tests.support.ports import free_port
 
 logger = logging.getLogger("tests.e2e.kubelet")
 
@@ -137,12 +137,6 @@ def _tolerates(toleration: dict[str, Any], taint: dict[str, str]) -> bool:
     if toleration.get("operator", "Equal") == "Exists":
         return True
     return bool(toleration.get("value", "") == taint.get("value", ""))
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 #: What a kubelet keeps of a container's output as its termination message.

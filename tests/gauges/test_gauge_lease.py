@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import threading
 import urllib.request
@@ -24,16 +23,11 @@ from jobwarden.db.database import Database
 from jobwarden.maintenance import gauges
 from jobwarden.maintenance.looping import TaskLoop
 from jobwarden.observability import metrics
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 DEPTH = re.compile(r'^jobwarden_queue_depth\{queue="backlog",status="pending"\} (\S+)$', re.M)
 OLDEST = re.compile(r'^jobwarden_queue_oldest_pending_seconds\{queue="backlog"\} (\S+)$', re.M)
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _scrape(port: int) -> str | None:
@@ -62,7 +56,7 @@ def test_two_workers_without_an_operator_export_the_queue_gauges_exactly_once(
     # A backlog nobody claims: the workers only listen to another queue.
     client.enqueue_many("tests.support.testjobs:Noop", [{"n": n} for n in range(7)],
                         queue="backlog", check=False)
-    ports = {"gw-a": _port(), "gw-b": _port()}
+    ports = {"gw-a": free_port(), "gw-b": free_port()}
     procs = {host: spawn_worker("--host", host, "--queues", "elsewhere", "--http-port",
                                 str(port), "--gauge-interval", "0.3")
              for host, port in ports.items()}
@@ -134,7 +128,7 @@ def test_a_worker_without_an_http_port_does_not_compete(db: Database) -> None:
 
     silent = build_worker(db, WorkerSettings(host="silent"))
     assert silent.extension(GaugeExtension) is None
-    served = build_worker(db, WorkerSettings(host="served", http_port=_port()))
+    served = build_worker(db, WorkerSettings(host="served", http_port=free_port()))
     assert served.extension(GaugeExtension) is not None
-    off = build_worker(db, WorkerSettings(host="off", http_port=_port(), gauge_interval=0))
+    off = build_worker(db, WorkerSettings(host="off", http_port=free_port(), gauge_interval=0))
     assert off.extension(GaugeExtension) is None

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import urllib.parse
 import urllib.request
@@ -24,16 +23,11 @@ from typing import Any
 
 import yaml
 
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 BINARY = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

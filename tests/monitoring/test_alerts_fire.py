@@ -29,6 +29,7 @@ from tests.chart.helmchart import manifests, values_of
 from tests.conftest import audit_rows
 from tests.monitoring import prometheus
 from tests.support import leasejobs, testjobs
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 pytestmark = [
@@ -75,7 +76,7 @@ def exporter() -> collections.abc.Iterator[int]:
     """This process's jobwarden registry on a loopback port (what a worker pod serves),
     holding only what this test moves (see :func:`_as_a_fresh_process`)."""
     _as_a_fresh_process()
-    port = prometheus.free_port()
+    port = free_port()
     server, thread = start_http_server(port, addr="127.0.0.1", registry=metrics.REGISTRY)
     yield port
     server.shutdown()

@@ -39,6 +39,7 @@ from tests.chart.helmchart import manifests, values_of
 from tests.monitoring import prometheus
 from tests.monitoring.test_alerts_fire import _as_a_fresh_process
 from tests.support import testjobs
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 pytestmark = [
@@ -73,7 +74,7 @@ def exported(db: Database) -> collections.abc.Iterator[int]:
 
     thread = threading.Thread(target=loop, daemon=True)
     thread.start()
-    port = prometheus.free_port()
+    port = free_port()
     server, http = start_http_server(port, addr="127.0.0.1", registry=metrics.REGISTRY)
     yield port
     stop.set()

@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ from typing import Any
 import pytest
 
 from tests.support.kube import KubeAPI
+from tests.support.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,12 +37,6 @@ FAST_ENV = {
     "JOBWARDEN_GAUGE_INTERVAL": "0.3",
     "JOBWARDEN_LOOP_LEASE_SECONDS": "3",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclasses.dataclass

@@ -10,7 +10,6 @@ must appear in one of the two scrapes.
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import urllib.request
 from collections.abc import Callable
@@ -18,16 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.kube import KubeAPI
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 CHART = Path(__file__).resolve().parents[2] / "charts" / "jobwarden"
 SUFFIXES = ("_bucket", "_sum", "_count", "_created")
-
-
-def _port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _families(body: str) -> set[str]:
@@ -50,7 +44,7 @@ def _family_of(series: str) -> str:
 def test_every_metric_the_dashboard_and_alerts_use_is_exported(
         kube_api: KubeAPI, start_operator: Callable[..., object],
         spawn_worker: Callable[..., subprocess.Popen[bytes]]) -> None:
-    port = _port()
+    port = free_port()
     spawn_worker("--host", "scraped", "--http-port", str(port))
     operator = start_operator(kube_api)
 
@@ -84,7 +78,7 @@ def test_the_worker_and_the_operator_export_the_release_they_run(
     """``jobwarden_build_info{version}`` is 1 in each process (docs/upgrades.md)."""
     from jobwarden.version import VERSION
 
-    port = _port()
+    port = free_port()
     spawn_worker("--host", "scraped", "--http-port", str(port))
     operator: Any = start_operator(kube_api)
     assert operator.metric("jobwarden_build_info", version=VERSION) == 1.0

@@ -13,7 +13,6 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,11 +22,7 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.support.ports import free_port
 
 
 class PgBouncer:
@@ -44,7 +39,7 @@ class PgBouncer:
         self.user = str(params.get("user") or "postgres")
         self.dbname = str(params.get("dbname") or "postgres")
         self.dir = Path(tempfile.mkdtemp(prefix="jobwarden-pgbouncer-"))
-        self.port = _free_port()
+        self.port = free_port()
         run_as = None
         if os.geteuid() == 0:
             run_as = (Path(host).owner() if host.startswith("/") else "nobody")

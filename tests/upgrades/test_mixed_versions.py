@@ -25,7 +25,6 @@ import contextlib
 import http.client
 import json
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +37,7 @@ import psycopg
 import pytest
 
 from tests.support import postgres, releases, upgradejobs
+from tests.support.ports import free_port
 from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -156,12 +156,6 @@ class TickCaller:
                 connection.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def previous() -> releases.Installed:
     return releases.install(releases.previous())
@@ -249,7 +243,7 @@ def test_the_previous_release_runs_beside_head_through_the_migration_and_after_r
     assert migrated.returncode == 0, migrated.stderr
     try:
         # The previous release at its own schema level.
-        port = _free_port()
+        port = free_port()
         old_worker = old.worker("old-host", "--http-port", str(port),
                                 JOBWARDEN_TICK_TOKEN=TOKEN)
         old_client = old.client(UPGRADE_DEFINE_SCHEDULE="1")
