@@ -20,14 +20,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import socket
 import tempfile
 from pathlib import Path
 
 #: The first port handed out (above the well-known and most registered services' ports).
 FIRST = 15000
-#: Where the counter is kept (shared by every test process of this machine's user).
-COUNTER = Path(tempfile.gettempdir()) / "jobwarden-test-ports"
+#: Where the counter is kept (shared by every test process of this machine's user;
+#: another user's processes keep their own, and a bound port is skipped either way).
+COUNTER = Path(tempfile.gettempdir()) / f"jobwarden-test-ports-{os.getuid()}"
 
 
 def ephemeral_start() -> int:
