@@ -249,9 +249,7 @@ class RealCluster:
         want = replicas * len(deployments)
 
         def settled() -> bool:
-            ready = [p for p in self.pods(OPERATOR_PODS)
-                     if any(c["type"] == "Ready" and c["status"] == "True"
-                            for c in (p.get("status") or {}).get("conditions") or [])]
+            ready = [p for p in self.pods(OPERATOR_PODS) if pod_ready(p)]
             return len(ready) == want and len(self.operator_ports()) == want
 
         self.wait(settled, timeout=180, what=f"{want} operator(s) running and Ready")
@@ -262,6 +260,12 @@ class RealCluster:
 
 
 Helm = tools.Helm
+
+
+def pod_ready(pod: dict[str, Any]) -> bool:
+    """The pod's ``Ready`` condition is ``True`` (what the kubelet reports)."""
+    return any(c["type"] == "Ready" and c["status"] == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
 
 
 @contextlib.contextmanager

@@ -14,7 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import CHART, RealCluster, secret, worker_pool
+from tests.cluster.conftest import (
+    CHART,
+    OPERATOR_PODS,
+    RealCluster,
+    pod_ready,
+    secret,
+    worker_pool,
+)
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
 
@@ -43,7 +50,7 @@ def test_helm_install_runs_the_operator_under_its_service_account(realkube: Real
              if any(o["kind"] == "Deployment" and o["name"] == deployment["metadata"]["name"]
                     for o in rs["metadata"].get("ownerReferences") or [])]
     assert len(owned) == 1
-    pods = realkube.pods("app.kubernetes.io/component=operator")
+    pods = realkube.pods(OPERATOR_PODS)
     assert len(pods) == 1
     pod = pods[0]
     assert pod["metadata"]["ownerReferences"][0]["name"] == owned[0]["metadata"]["name"]
@@ -63,8 +70,7 @@ def test_helm_install_runs_the_operator_under_its_service_account(realkube: Real
 
     def ready_worker() -> list[str]:
         return [p["metadata"]["name"] for p in realkube.pods("jobwarden.io/pool=workers")
-                if any(c["type"] == "Ready" and c["status"] == "True"
-                       for c in (p.get("status") or {}).get("conditions") or [])]
+                if pod_ready(p)]
 
     workers = realkube.wait(ready_worker, timeout=120, what="a ready worker pod")
     hosts = {h.name for h in realkube.client.hosts.status(pool="workers")}

@@ -15,7 +15,7 @@ import pytest
 
 from jobwarden.controller.workerpools import spec as pools_spec
 from jobwarden.structs.schedules import OWNER_ABSENT
-from tests.cluster.conftest import CHART, RealCluster
+from tests.cluster.conftest import CHART, OPERATOR_PODS, RealCluster, pod_ready
 from tests.e2e.conftest import WORKER_ENV
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
@@ -28,8 +28,7 @@ def pool_status(realkube: RealCluster, name: str = "default") -> dict[str, Any]:
 
 def ready_workers(realkube: RealCluster, count: int) -> bool:
     pods = realkube.pods(f"{pools_spec.POOL_LABEL}=default")
-    ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True"
-                                    for c in (p.get("status") or {}).get("conditions") or [])]
+    ready = [p for p in pods if pod_ready(p)]
     return len(pods) == count and len(ready) == count \
         and pool_status(realkube).get("readyReplicas") == count
 
@@ -115,13 +114,13 @@ def test_default_pool_runs_jobs_and_upgrades(realkube: RealCluster):
 
     # A values change: the pool grows, the operator is replaced (Recreate) with debug logs.
     operator_pods = {p["metadata"]["name"]
-                     for p in realkube.pods("app.kubernetes.io/component=operator")}
+                     for p in realkube.pods(OPERATOR_PODS)}
     realkube.helm("upgrade", release, str(CHART), "--namespace", realkube.namespace,
                   "--reuse-values", "--set", "workerPool.replicas=2",
                   "--set", "operator.logLevel=debug", "--wait", "--timeout", "180s",
                   timeout=240)
     realkube.wait(lambda: ready_workers(realkube, 2), timeout=150, what="two workers")
-    now = {p["metadata"]["name"] for p in realkube.pods("app.kubernetes.io/component=operator")}
+    now = {p["metadata"]["name"] for p in realkube.pods(OPERATOR_PODS)}
     assert now and not (now & operator_pods)
     deployment = realkube.api.get("deployments", f"{release}-jobwarden-operator",
                                   realkube.namespace)

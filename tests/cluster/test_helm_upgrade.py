@@ -52,8 +52,10 @@ from jobwarden.version import VERSION
 from tests.cluster.api import RealKubeAPI
 from tests.cluster.conftest import (
     CHART,
+    OPERATOR_PODS,
     RealCluster,
     open_cluster,
+    pod_ready,
     secret,
     started_plane,
     worker_pool,
@@ -242,10 +244,9 @@ def operator_code(cluster: RealCluster) -> tuple[str, str]:
 
 
 def new_operator_running(cluster: RealCluster, image: str) -> bool:
-    pods = cluster.pods("app.kubernetes.io/component=operator", alive=False)
+    pods = cluster.pods(OPERATOR_PODS, alive=False)
     return (len(pods) == 1 and pods[0]["spec"]["containers"][0]["image"] == image
-            and any(c["type"] == "Ready" and c["status"] == "True"
-                    for c in (pods[0].get("status") or {}).get("conditions") or []))
+            and pod_ready(pods[0]))
 
 
 def pool_settled(cluster: RealCluster, version: str, replicas: int = 1) -> bool:

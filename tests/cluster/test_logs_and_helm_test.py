@@ -14,14 +14,14 @@ import json
 
 import pytest
 
-from tests.cluster.conftest import RealCluster
+from tests.cluster.conftest import OPERATOR_PODS, RealCluster
 
 pytestmark = [pytest.mark.realkube, pytest.mark.slow]
 
 
 def test_kubectl_logs_shows_what_the_operator_wrote(realkube: RealCluster):
     realkube.install()
-    (pod,) = [p["metadata"]["name"] for p in realkube.pods("app.kubernetes.io/component=operator")]
+    (pod,) = [p["metadata"]["name"] for p in realkube.pods(OPERATOR_PODS)]
     written = realkube.kubelet.process(pod).logs()
     assert written.strip()
     shown = realkube.kubectl("logs", pod, "-n", realkube.namespace)
